@@ -1,0 +1,121 @@
+/* sluice: inference for Mixture-of-Experts language models from standard GGUF files.
+ *
+ * Two objects:
+ *   sluice_model    immutable after load: weights (views into the mapped file), hyper-parameters,
+ *                   tokenizer. Safe to share between sessions.
+ *   sluice_session  one timeline: KV cache, position, sampler state, scratch, thread pool.
+ *
+ * Errors: functions that can fail return NULL or a negative value and leave a one-line cause in
+ * sluice_last_error() (per thread).
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_VERSION "0.1.0"
+
+typedef struct sluice_model sluice_model;
+typedef struct sluice_session sluice_session;
+
+/* The calling thread's last error, one line, never NULL. */
+const char *sluice_last_error(void);
+
+/* ---- model ---------------------------------------------------------------------------- */
+
+typedef struct sluice_model_params {
+    bool verbose; /* print load details to stderr */
+} sluice_model_params;
+
+sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
+/* Load from bytes that outlive the model (the embedded default model). */
+sluice_model *sluice_model_load_memory(const void *data, size_t size, const char *name,
+                                       const sluice_model_params *params);
+void sluice_model_free(sluice_model *model);
+
+typedef struct sluice_model_info {
+    const char *arch;     /* general.architecture */
+    const char *name;     /* general.name or the file name */
+    int n_vocab;
+    int n_ctx_train;
+    int n_layer;
+    int n_embd;
+    int n_expert;         /* 0 for dense models */
+    int n_expert_used;
+    int64_t n_params;
+    uint64_t file_bytes;
+    int32_t bos, eos;     /* -1 when absent */
+    bool add_bos;         /* the metadata asks for BOS at the start of a prompt */
+} sluice_model_info;
+
+void sluice_model_get_info(const sluice_model *model, sluice_model_info *info);
+
+/* ---- tokenizer ------------------------------------------------------------------------ */
+
+/* Tokenize len bytes of UTF-8. parse_special: recognize special-token text such as
+ * "<|im_start|>". add_bos: prepend BOS when the model has one. Writes up to cap ids and returns
+ * the total count (which may exceed cap: call again with a larger buffer), or -1 on error. */
+int sluice_tokenize(const sluice_model *model, const char *text, size_t len, bool parse_special,
+                    bool add_bos, int32_t *ids, int cap);
+
+/* The text of one token as raw bytes (possibly a partial UTF-8 sequence). Control tokens give ""
+ * unless render_special. Returns the byte count (may exceed cap; nothing past cap is written). */
+int sluice_token_to_piece(const sluice_model *model, int32_t id, bool render_special, char *buf,
+                          int cap);
+
+/* True for end-of-generation tokens (eos, eot, <|im_end|>, ...). */
+bool sluice_token_is_eog(const sluice_model *model, int32_t id);
+
+/* ---- session -------------------------------------------------------------------------- */
+
+typedef struct sluice_session_params {
+    int n_ctx;     /* positions the KV cache holds; 0: the model's trained length, capped at 4096 */
+    int n_batch;   /* tokens per forward pass when evaluating a prompt; 0: 512 */
+    int n_threads; /* 0: all online cores */
+} sluice_session_params;
+
+sluice_session *sluice_session_new(const sluice_model *model, const sluice_session_params *params);
+void sluice_session_free(sluice_session *session);
+
+/* Evaluate n tokens at the current position as one batch (split into n_batch chunks).
+ * all_logits, when not NULL, receives [n][n_vocab] floats: the logits of every position.
+ * The last position's logits are always kept for sampling. Returns 0 or -1. */
+int sluice_session_eval(sluice_session *session, const int32_t *tokens, int n, float *all_logits);
+
+const float *sluice_session_logits(const sluice_session *session); /* last position, n_vocab */
+int sluice_session_pos(const sluice_session *session);
+int sluice_session_n_ctx(const sluice_session *session);
+void sluice_session_reset(sluice_session *session);
+
+/* Bytes held by the session's KV cache (and recurrent state, for hybrid models). */
+uint64_t sluice_session_state_bytes(const sluice_session *session);
+
+/* ---- sampling ------------------------------------------------------------------------- */
+
+typedef struct sluice_sampler_params {
+    float temperature;    /* <= 0: greedy (argmax) */
+    int top_k;            /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int repeat_last_n;    /* tokens of history the penalty looks at */
+    uint64_t seed;
+} sluice_sampler_params;
+
+sluice_sampler_params sluice_sampler_defaults(void);
+void sluice_session_set_sampler(sluice_session *session, const sluice_sampler_params *params);
+/* Pick the next token from the last logits; records it in the penalty history. */
+int32_t sluice_session_sample(sluice_session *session);
+/* Record a token in the penalty history without sampling it (prompt tokens). */
+void sluice_session_accept(sluice_session *session, int32_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

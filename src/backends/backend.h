@@ -1,0 +1,102 @@
+/* The backend interface: the operations a model's forward pass is written against.
+ *
+ * Activations are float32 arrays owned by the caller (on the CPU backend they are host memory;
+ * a device backend would pass device pointers). Weights are tviews: a typed, possibly quantized
+ * matrix, usually a view into the mapped GGUF file.
+ *
+ * Determinism: every output element is produced by one thread in a fixed order, so results do
+ * not depend on the number of threads.
+ */
+#ifndef SLUICE_BACKEND_H
+#define SLUICE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A weight matrix: ne[0] values per row (contiguous), ne[1] rows. 3-D tensors (stacked
+ * experts) have ne[2] matrices of mat_bytes each. */
+typedef struct tview {
+    uint32_t type;     /* enum ggml_type */
+    int64_t ne[4];
+    size_t row_bytes;  /* bytes of one row of ne[0] values */
+    size_t mat_bytes;  /* bytes of one ne[0] x ne[1] matrix */
+    const void *data;  /* NULL when the tensor is absent */
+    const char *name;
+} tview;
+
+/* The i-th matrix of a 3-D view as a 2-D view. */
+tview tview_matrix(const tview *t, int64_t i);
+
+typedef enum rope_mode { ROPE_NORM = 0, ROPE_NEOX = 2 } rope_mode;
+
+typedef struct backend backend;
+
+typedef struct backend_ops {
+    const char *name;
+    void (*free)(backend *b);
+    /* out[t][:] = dequantize(row ids[t] of w) */
+    void (*embed)(backend *b, const tview *w, const int32_t *ids, int n, float *out);
+    /* out[t][r] = dot(row r of w, x[t]) for t < n, r < w->ne[1]; x rows have w->ne[0] values,
+     * out rows have out_stride floats. Activations are encoded in the weight type's act_type. */
+    void (*matmul)(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
+    /* y = x / sqrt(mean(x^2) + eps) * w over rows of dim values (w: F32 view or NULL); y may be x */
+    void (*rmsnorm)(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
+                    float *y);
+    /* Rotate the first n_rot dims of each head of x [n_tok][n_head][head_dim] in place. */
+    void (*rope)(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
+                 const int32_t *pos, float freq_base, rope_mode mode);
+    /* Causal GQA attention over a KV cache. q [n][n_head][hd]; cache rows k/v
+     * [n_ctx][n_head_kv][hd] for this layer; token t sees cache positions 0..pos0+t.
+     * out [n][n_head][hd_v]. */
+    void (*attention)(backend *b, const float *q, const float *kc, const float *vc, int n,
+                      int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
+                      float *out);
+    /* x[i] += y[i] */
+    void (*add)(backend *b, float *x, const float *y, size_t n);
+    /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
+    void (*swiglu)(backend *b, float *g, const float *u, size_t n);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    int n_threads;
+};
+
+backend *backend_cpu_new(int n_threads);
+
+/* Run fn(ctx, ith, nth) on the backend's threads (ith = 0..nth-1) and wait. CPU backend only;
+ * used by model code for work that is not one of the ops (MoE expert groups). */
+typedef void (*backend_task_fn)(void *ctx, int ith, int nth);
+void backend_cpu_parallel(backend *b, backend_task_fn fn, void *ctx);
+
+static inline void be_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out) {
+    b->ops->embed(b, w, ids, n, out);
+}
+static inline void be_matmul(backend *b, const tview *w, const float *x, int n, float *out) {
+    b->ops->matmul(b, w, x, n, out, (int)w->ne[1]);
+}
+static inline void be_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim,
+                              float eps, float *y) {
+    b->ops->rmsnorm(b, x, w, n_rows, dim, eps, y);
+}
+static inline void be_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
+                           const int32_t *pos, float base, rope_mode mode) {
+    b->ops->rope(b, x, n_tok, n_head, head_dim, n_rot, pos, base, mode);
+}
+static inline void be_attention(backend *b, const float *q, const float *kc, const float *vc,
+                                int n, int pos0, int n_head, int n_head_kv, int hd, int hd_v,
+                                float scale, float *out) {
+    b->ops->attention(b, q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd_v, scale, out);
+}
+static inline void be_add(backend *b, float *x, const float *y, size_t n) {
+    b->ops->add(b, x, y, n);
+}
+static inline void be_swiglu(backend *b, float *g, const float *u, size_t n) {
+    b->ops->swiglu(b, g, u, n);
+}
+static inline void be_free(backend *b) {
+    if (b) b->ops->free(b);
+}
+
+#endif /* SLUICE_BACKEND_H */

@@ -1,0 +1,137 @@
+/* sluice_session: one timeline over a model: position, KV cache and state, sampler, backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/sampler.h"
+#include "models/model.h"
+
+#define DEFAULT_CTX_CAP 4096
+#define DEFAULT_BATCH 512
+
+struct sluice_session {
+    const sluice_model *m;
+    model_state *st;
+    backend *be;
+    sampler *smp;
+    int n_ctx, n_batch, pos;
+    float *last_logits;
+    bool have_logits;
+};
+
+sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_params *params) {
+    sluice_session_params p = params ? *params : (sluice_session_params){0};
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
+        sluice_set_error("session: negative context, batch or thread count");
+        return NULL;
+    }
+    if (p.n_ctx == 0)
+        p.n_ctx = m->hp.n_ctx_train < DEFAULT_CTX_CAP ? m->hp.n_ctx_train : DEFAULT_CTX_CAP;
+    if (p.n_ctx > m->hp.n_ctx_train) {
+        sluice_set_error("context %d exceeds the model's trained length %d", p.n_ctx,
+                         m->hp.n_ctx_train);
+        return NULL;
+    }
+    if (p.n_batch == 0) p.n_batch = DEFAULT_BATCH;
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    sluice_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        sluice_set_error("out of memory");
+        return NULL;
+    }
+    s->m = m;
+    s->n_ctx = p.n_ctx;
+    s->n_batch = p.n_batch;
+    sluice_sampler_params sp = sluice_sampler_defaults();
+    s->st = m->arch->state_new(m, s->n_ctx, s->n_batch);
+    s->be = backend_cpu_new(p.n_threads);
+    s->smp = sampler_new(m->hp.n_vocab, &sp);
+    s->last_logits = calloc((size_t)m->hp.n_vocab, sizeof(float));
+    if (!s->st || !s->be || !s->smp || !s->last_logits) {
+        sluice_set_error("out of memory for a session of %d positions", s->n_ctx);
+        sluice_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sluice_session_free(sluice_session *s) {
+    if (!s) return;
+    if (s->st) s->m->arch->state_free(s->st);
+    be_free(s->be);
+    sampler_free(s->smp);
+    free(s->last_logits);
+    free(s);
+}
+
+int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *all_logits) {
+    const int n_vocab = s->m->hp.n_vocab;
+    if (n <= 0) {
+        sluice_set_error("eval: no tokens");
+        return -1;
+    }
+    if (n > s->n_ctx - s->pos) {
+        sluice_set_error("eval: %d tokens at position %d exceed the context of %d", n, s->pos,
+                         s->n_ctx);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            sluice_set_error("eval: token id %d at index %d is outside the vocabulary (0..%d)",
+                             tokens[i], i, n_vocab - 1);
+            return -1;
+        }
+    for (int done = 0; done < n;) {
+        int chunk = n - done < s->n_batch ? n - done : s->n_batch;
+        bool last = done + chunk == n;
+        float *out = all_logits ? all_logits + (size_t)done * n_vocab : s->last_logits;
+        /* a chunk before the last needs no logits unless all are wanted */
+        if (!all_logits && !last) out = NULL;
+        if (s->m->arch->forward(s->m, s->st, s->be, tokens + done, chunk, s->pos, out,
+                                all_logits != NULL) != 0) {
+            s->have_logits = false;
+            return -1;
+        }
+        s->pos += chunk;
+        done += chunk;
+    }
+    if (all_logits)
+        memcpy(s->last_logits, all_logits + (size_t)(n - 1) * n_vocab,
+               (size_t)n_vocab * sizeof(float));
+    s->have_logits = true;
+    return 0;
+}
+
+const float *sluice_session_logits(const sluice_session *s) {
+    return s->have_logits ? s->last_logits : NULL;
+}
+
+int sluice_session_pos(const sluice_session *s) { return s->pos; }
+int sluice_session_n_ctx(const sluice_session *s) { return s->n_ctx; }
+
+void sluice_session_reset(sluice_session *s) {
+    s->pos = 0;
+    s->have_logits = false;
+    s->m->arch->state_reset(s->st);
+    sampler_reset(s->smp);
+}
+
+uint64_t sluice_session_state_bytes(const sluice_session *s) {
+    return s->m->arch->state_bytes(s->m, s->n_ctx);
+}
+
+void sluice_session_set_sampler(sluice_session *s, const sluice_sampler_params *p) {
+    sampler_set(s->smp, p);
+}
+
+int32_t sluice_session_sample(sluice_session *s) {
+    if (!s->have_logits) {
+        sluice_set_error("sample: no logits (evaluate a token first)");
+        return -1;
+    }
+    int32_t id = sampler_sample(s->smp, s->last_logits);
+    sampler_accept(s->smp, id);
+    return id;
+}
+
+void sluice_session_accept(sluice_session *s, int32_t id) { sampler_accept(s->smp, id); }

@@ -1,0 +1,17 @@
+/* The architecture registry: general.architecture -> implementation. */
+#include <string.h>
+
+#include "models/model.h"
+
+extern const arch_desc arch_llama;
+extern const arch_desc arch_qwen3moe;
+
+static const arch_desc *const archs[] = {&arch_llama, &arch_qwen3moe};
+
+const arch_desc *arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i]->name, name) == 0) return archs[i];
+    return NULL;
+}
+
+const char *arch_supported_list(void) { return "llama, qwen3moe"; }

@@ -1,0 +1,108 @@
+/* The model object behind sluice.h, and the interface each architecture implements.
+ *
+ * An architecture (llama, qwen3moe, ...) provides:
+ *   load     read hyper-parameters and bind tensor views from the GGUF
+ *   forward  evaluate a batch of tokens at a position, writing logits
+ * Per-session memory (KV cache, recurrent state, activation buffers) lives in model_state. */
+#ifndef SLUICE_MODEL_H
+#define SLUICE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "engine/tokenizer.h"
+#include "formats/gguf.h"
+#include "runtime/experts.h"
+#include "sluice.h"
+
+typedef struct hparams {
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_head, n_head_kv;
+    int head_dim_k, head_dim_v; /* per attention head */
+    int n_ff;                   /* dense feed-forward width (0 for MoE-only models) */
+    int n_rot;                  /* rotary dims per head */
+    float rope_base;
+    rope_mode rope;
+    float rms_eps;
+    int n_expert, n_expert_used;
+    int n_ff_exp;               /* routed expert width */
+    bool norm_topk;             /* renormalize the top-k router weights */
+} hparams;
+
+typedef struct layer_weights {
+    tview attn_norm, wq, wk, wv, wo, q_norm, k_norm;
+    tview ffn_norm;
+    tview ffn_gate, ffn_up, ffn_down; /* dense FFN */
+    tview ffn_gate_inp;               /* MoE router [n_embd -> n_expert] */
+} layer_weights;
+
+typedef struct model_state model_state;
+typedef struct arch_desc arch_desc;
+
+struct sluice_model {
+    gguf_file *gguf;
+    const arch_desc *arch;
+    char arch_name[32];
+    char name[128];
+    hparams hp;
+    tokenizer *tok;
+    tview tok_embd, output_norm, output;
+    layer_weights *layers;
+    expert_store *experts; /* NULL for dense models */
+    void **owned;          /* buffers the model allocated (converted norms) */
+    int n_owned;
+    int64_t n_params;
+};
+
+struct arch_desc {
+    const char *name;
+    int (*load)(sluice_model *m, char *err, size_t err_len);
+    /* bytes of per-session state for a context of n_ctx positions */
+    uint64_t (*state_bytes)(const sluice_model *m, int n_ctx);
+    model_state *(*state_new)(const sluice_model *m, int n_ctx, int n_batch);
+    void (*state_free)(model_state *st);
+    void (*state_reset)(model_state *st);
+    /* Evaluate tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch). logits receives
+     * [n][n_vocab] when all_logits, else the last position's [n_vocab]; NULL skips the output
+     * head (a prompt chunk before the last). 0 or -1. */
+    int (*forward)(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens,
+                   int n, int pos0, float *logits, bool all_logits);
+};
+
+/* Registry: the architecture implementing general.architecture, or NULL. */
+const arch_desc *arch_find(const char *name);
+const char *arch_supported_list(void);
+
+/* ---- loading helpers (models/loader.c) -------------------------------------------------- */
+
+/* "<arch>.<suffix>" integer / float hyper-parameters. Missing required keys are errors. */
+bool ld_int(sluice_model *m, const char *suffix, int *out, bool required, char *err, size_t n);
+bool ld_float(sluice_model *m, const char *suffix, float *out, bool required, char *err,
+              size_t n);
+/* Bind tensor `name` (printf format with one optional %d for the layer) with the expected
+ * dims (ne0, ne1, ne2; 0 = unchecked, -1 = the dim must not exist). required=false leaves the
+ * view empty (data NULL) when absent. The type must have a codec. Norm vectors (1-D) are
+ * converted to F32 when stored otherwise. */
+bool ld_tensor(sluice_model *m, tview *out, bool required, int64_t ne0, int64_t ne1, int64_t ne2,
+               char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+/* Keep a buffer alive as long as the model. */
+bool ld_own(sluice_model *m, void *p);
+/* Attention hyper-parameters of llama-style files, with llama.cpp's defaults. */
+bool load_attention_hparams(sluice_model *m, char *err, size_t n);
+/* token_embd, output_norm, output (tied to token_embd when absent); sets n_vocab. */
+bool load_io_tensors(sluice_model *m, char *err, size_t n);
+
+/* The standard pre-norm decoder (llama, qwen3moe): state and forward. */
+uint64_t decoder_state_bytes(const sluice_model *m, int n_ctx);
+model_state *decoder_state_new(const sluice_model *m, int n_ctx, int n_batch);
+void decoder_state_free(model_state *st);
+void decoder_state_reset(model_state *st);
+int decoder_forward(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens,
+                    int n, int pos0, float *logits, bool all_logits);
+
+#endif /* SLUICE_MODEL_H */
