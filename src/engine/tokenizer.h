@@ -2,10 +2,13 @@
  *
  *   "gpt2"  byte-level BPE (Qwen2/Qwen3/Qwen3.5 vocabularies); pre-tokenizer from
  *           tokenizer.ggml.pre: "qwen2" or "qwen35" (regex split via PCRE2 with Unicode
- *           properties), then rank-ordered merges.
+ *           properties), then rank-ordered merges. Also llama3/gpt2/default and the other
+ *           pre values that share their patterns.
  *   "llama" SentencePiece (score-ordered bigram merges, byte fallback), as in stories260K.
  *
- * Results match llama.cpp's tokenizer (its test vectors are the tests).
+ * Results match llama.cpp's tokenizer (its test vectors are the tests). Thread safety: a loaded
+ * tokenizer is immutable; any number of threads may encode and decode with it at once.
+ * docs/tokenizer.md describes the llama.cpp behaviours reproduced.
  */
 #ifndef SLUICE_TOKENIZER_H
 #define SLUICE_TOKENIZER_H

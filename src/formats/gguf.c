@@ -36,6 +36,9 @@ static void fail(cursor *c, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(c->err, c->err_len, fmt, ap);
     va_end(ap);
+    /* names come from the file: keep the message on one printable line */
+    for (char *p = c->err; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 static uint64_t remaining(const cursor *c) { return c->size - c->off; }

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run each fuzz target for a few seconds from its seed corpus: ./run.sh BUILD_DIR SECONDS
+set -euo pipefail
+build=$1
+secs=${2:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+for t in "$build"/tests/fuzz/fuzz_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  corpus=$(mktemp -d)
+  seeds="$here/corpus_${name#fuzz_}"
+  [ -d "$seeds" ] && cp "$seeds"/* "$corpus"/
+  echo "fuzzing $name for ${secs}s"
+  (cd "$corpus" && "$t" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 . 2>&1 | tail -4)
+  rm -rf "$corpus"
+done
