@@ -96,6 +96,26 @@ void sluice_session_reset(sluice_session *session);
 /* Bytes held by the session's KV cache (and recurrent state, for hybrid models). */
 uint64_t sluice_session_state_bytes(const sluice_session *session);
 
+/* ---- observation ---------------------------------------------------------------------- */
+
+/* Called for every token of every MoE layer with the experts the router chose (in slot order)
+ * and their weights. Used by routing traces; must not call back into the session. */
+typedef void (*sluice_route_fn)(void *ctx, int layer, int pos, int k, const int32_t *experts,
+                                const float *weights);
+void sluice_session_set_route_callback(sluice_session *session, sluice_route_fn fn, void *ctx);
+
+/* Expert-store counters since load (the store is shared by the model's sessions). */
+typedef struct sluice_expert_stats {
+    uint64_t acquires;       /* expert uses by the MoE layers */
+    uint64_t hits, misses;   /* cache outcome of each acquire (resident: all hits) */
+    uint64_t evictions;
+    uint64_t bytes_read;     /* from storage */
+    uint64_t reads;          /* read requests issued */
+    double io_wait_s;        /* time compute waited for reads */
+    uint64_t prefetch_issued, prefetch_used;
+} sluice_expert_stats;
+void sluice_model_expert_stats(const sluice_model *model, sluice_expert_stats *stats);
+
 /* ---- sampling ------------------------------------------------------------------------- */
 
 typedef struct sluice_sampler_params {

@@ -136,3 +136,8 @@ int sluice_token_to_piece(const sluice_model *m, int32_t id, bool render_special
 bool sluice_token_is_eog(const sluice_model *m, int32_t id) {
     return tokenizer_is_eog(m->tok, id);
 }
+
+void sluice_model_expert_stats(const sluice_model *m, sluice_expert_stats *stats) {
+    if (m->experts) *stats = m->experts->stats;
+    else memset(stats, 0, sizeof *stats);
+}

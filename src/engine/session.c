@@ -4,7 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/sampler.h"
-#include "models/model.h"
+#include "models/state.h"
 
 #define DEFAULT_CTX_CAP 4096
 #define DEFAULT_BATCH 512
@@ -135,3 +135,8 @@ int32_t sluice_session_sample(sluice_session *s) {
 }
 
 void sluice_session_accept(sluice_session *s, int32_t id) { sampler_accept(s->smp, id); }
+
+void sluice_session_set_route_callback(sluice_session *s, sluice_route_fn fn, void *ctx) {
+    s->st->route_fn = fn;
+    s->st->route_ctx = ctx;
+}

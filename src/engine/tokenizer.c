@@ -5,8 +5,7 @@
  * token_to_piece, detokenize); where this file is stricter (malformed metadata is an error,
  * not a warning) it says so. docs/tokenizer.md lists the details.
  */
-#define SLUICE_TOKENIZER_INTERNAL
-#include "engine/tokenizer.h"
+#include "engine/tokenizer_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>

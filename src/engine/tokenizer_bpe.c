@@ -14,8 +14,7 @@
  * Unicode White_Space set, not PCRE2's (which adds U+180E). The patterns below therefore spell
  * the whitespace class out.
  */
-#define SLUICE_TOKENIZER_INTERNAL
-#include "engine/tokenizer.h"
+#include "engine/tokenizer_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

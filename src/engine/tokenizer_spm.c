@@ -6,8 +6,7 @@
  * the vocabulary token with the highest score (ties: leftmost). Symbols that are not tokens at
  * the end fall back to byte tokens <0xNN>.
  */
-#define SLUICE_TOKENIZER_INTERNAL
-#include "engine/tokenizer.h"
+#include "engine/tokenizer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -53,9 +53,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const int k = hp->n_expert_used, E = hp->n_embd, F = hp->n_ff_exp;
 
     be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
         route_token(hp, st->router + (size_t)t * hp->n_expert, st->moe_ids + (size_t)t * k,
                     st->moe_w + (size_t)t * k);
+        if (st->route_fn)
+            st->route_fn(st->route_ctx, il, st->pos[t], k, st->moe_ids + (size_t)t * k,
+                         st->moe_w + (size_t)t * k);
+    }
 
     for (int e = 0; e < hp->n_expert; e++) {
         int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */

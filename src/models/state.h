@@ -27,6 +27,9 @@ struct model_state {
     float *moe_x, *moe_y;        /* tokens gathered for one expert [n_embd] */
     int32_t *moe_rows;           /* (token, slot) pairs routed to one expert */
     float *logits;               /* [n_vocab] scratch when only the last row is wanted */
+    /* observation */
+    sluice_route_fn route_fn;
+    void *route_ctx;
 };
 
 /* One allocation helper: zeroed, 64-byte aligned, NULL on failure. */

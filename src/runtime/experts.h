@@ -11,6 +11,7 @@
 #define SLUICE_EXPERTS_H
 
 #include "backends/backend.h"
+#include "sluice.h"
 
 typedef struct expert_views {
     tview gate; /* [n_embd] -> [n_ff_exp] */
@@ -32,6 +33,7 @@ struct expert_store {
     const expert_store_ops *ops;
     int n_layer;
     int n_expert;
+    sluice_expert_stats stats;
 };
 
 /* Per-layer stacked expert tensors as found in a GGUF: ne = [in, out, n_expert]. */

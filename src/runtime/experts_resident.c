@@ -12,6 +12,8 @@ typedef struct resident_store {
 
 static int resident_acquire(expert_store *s, int layer, int expert, expert_views *out) {
     const expert_layer_tensors *L = &((resident_store *)s)->layers[layer];
+    s->stats.acquires++;
+    s->stats.hits++;
     out->gate = tview_matrix(&L->gate, expert);
     out->up = tview_matrix(&L->up, expert);
     out->down = tview_matrix(&L->down, expert);
