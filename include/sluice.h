@@ -59,7 +59,8 @@ void sluice_model_get_info(const sluice_model *model, sluice_model_info *info);
 /* ---- tokenizer ------------------------------------------------------------------------ */
 
 /* Tokenize len bytes of UTF-8. parse_special: recognize special-token text such as
- * "<|im_start|>". add_bos: prepend BOS when the model has one. Writes up to cap ids and returns
+ * "<|im_start|>". add_bos: prepend BOS when the model's metadata asks for it
+ * (tokenizer.ggml.add_bos_token, or the tokenizer type's default). Writes up to cap ids and returns
  * the total count (which may exceed cap: call again with a larger buffer), or -1 on error. */
 int sluice_tokenize(const sluice_model *model, const char *text, size_t len, bool parse_special,
                     bool add_bos, int32_t *ids, int cap);

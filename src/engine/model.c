@@ -112,7 +112,8 @@ int sluice_tokenize(const sluice_model *m, const char *text, size_t len, bool pa
                     bool add_bos, int32_t *ids, int cap) {
     int32_t *buf = NULL;
     size_t n = 0, bcap = 0;
-    if (tokenizer_encode(m->tok, text, len, parse_special, add_bos, &buf, &n, &bcap) != 0) {
+    if (tokenizer_encode(m->tok, text, len, parse_special, add_bos && tokenizer_add_bos(m->tok),
+                         &buf, &n, &bcap) != 0) {
         free(buf);
         sluice_set_error("tokenize: out of memory");
         return -1;

@@ -105,8 +105,6 @@ void quant_dequantize_q8_k(const void *src, float *dst, int64_t n) {
     }
 }
 
-static int8_t q8k_q(const uint8_t *b, int i) { return (int8_t)b[4 + i]; }
-
 static int q8k_bsum(const uint8_t *b, int g) { return (int16_t)load_u16(b + 260 + 2 * g); }
 
 /* ---- encoder helpers ----------------------------------------------------------------------- */
@@ -211,19 +209,25 @@ static void fit_weights(const float *x, int n, float *w) {
 
 /* ---- Q2_K ---------------------------------------------------------------------------------- */
 
-/* 2-bit code of element i: byte qs[32*(i/128) + i%32], bits 2*((i%128)/32). */
-static int q2k_code(const uint8_t *qs, int i) {
-    return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+/* The decoders and dots first unpack a super-block's quants into int8 q[256] in element order
+ * (the *_unpack helpers hold the bit layouts), then work per sub-block. */
+
+/* 2-bit codes (0..3): element i is in byte qs[32*(i/128) + i%32] at bits 2*((i%128)/32). */
+static void q2k_unpack(const uint8_t *qs, int8_t *q) {
+    for (int half = 0; half < 2; half++)
+        for (int t = 0; t < 4; t++)
+            for (int l = 0; l < 32; l++) q[128 * half + 32 * t + l] = (int8_t)((qs[32 * half + l] >> (2 * t)) & 3);
 }
 
 void quant_dequantize_q2_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t blk = 0; blk < n / QK_K; blk++, b += 84, dst += QK_K) {
         float d = load_f16(b + 80), dmin = load_f16(b + 82);
-        for (int i = 0; i < QK_K; i++) {
-            uint8_t sc = b[i / 16];
-            float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
-            dst[i] = dl * (float)q2k_code(b + 16, i) - ml;
+        int8_t q[QK_K];
+        q2k_unpack(b + 16, q);
+        for (int s = 0; s < 16; s++) {
+            float dl = d * (float)(b[s] & 0xf), ml = dmin * (float)(b[s] >> 4);
+            for (int i = 16 * s; i < 16 * s + 16; i++) dst[i] = dl * (float)q[i] - ml;
         }
     }
 }
@@ -262,11 +266,14 @@ float quant_dot_q2_k(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 84, y += 292) {
+        int8_t q[QK_K];
+        q2k_unpack(x + 16, q);
+        const int8_t *q8 = (const int8_t *)(y + 4);
         int32_t summs = 0, isum = 0;
         for (int s = 0; s < 16; s++) summs += q8k_bsum(y, s) * (x[s] >> 4);
         for (int s = 0; s < 16; s++) {
             int32_t part = 0;
-            for (int i = 16 * s; i < 16 * s + 16; i++) part += q8k_q(y, i) * q2k_code(x + 16, i);
+            for (int i = 16 * s; i < 16 * s + 16; i++) part += q8[i] * q[i];
             isum += (x[s] & 0xf) * part;
         }
         float da = load_f32(y);
@@ -287,19 +294,23 @@ static int q3k_scale(const uint8_t *sc, int s) {
     return (lo | (hi << 4)) - 32;
 }
 
-/* Quant of element i in -4..3: low two bits as Q2_K, minus 4 unless hmask[i%32] bit i/32. */
-static int q3k_code(const uint8_t *b, int i) {
-    int lo = q2k_code(b + 32, i);
-    return lo - ((b[i % 32] >> (i / 32)) & 1 ? 0 : 4);
+/* Quants in -4..3: low two bits as Q2_K (qs at byte 32), minus 4 unless bit i/32 of
+ * hmask[i%32] is set. */
+static void q3k_unpack(const uint8_t *b, int8_t *q) {
+    q2k_unpack(b + 32, q);
+    for (int t = 0; t < 8; t++)
+        for (int l = 0; l < 32; l++) q[32 * t + l] = (int8_t)(q[32 * t + l] - (((b[l] >> t) & 1) ? 0 : 4));
 }
 
 void quant_dequantize_q3_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t blk = 0; blk < n / QK_K; blk++, b += 110, dst += QK_K) {
         float d = load_f16(b + 108);
-        for (int i = 0; i < QK_K; i++) {
-            float dl = d * (float)q3k_scale(b + 96, i / 16);
-            dst[i] = dl * (float)q3k_code(b, i);
+        int8_t q[QK_K];
+        q3k_unpack(b, q);
+        for (int s = 0; s < 16; s++) {
+            float dl = d * (float)q3k_scale(b + 96, s);
+            for (int i = 16 * s; i < 16 * s + 16; i++) dst[i] = dl * (float)q[i];
         }
     }
 }
@@ -353,9 +364,14 @@ float quant_dot_q3_k(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float lanes[8] = {0};
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 110, y += 292) {
+        int8_t q[QK_K];
+        q3k_unpack(x, q);
+        const int8_t *q8 = (const int8_t *)(y + 4);
         int32_t aux[8] = {0};
-        for (int i = 0; i < QK_K; i++)
-            aux[i % 8] += q3k_scale(x + 96, i / 16) * (q8k_q(y, i) * q3k_code(x, i));
+        for (int s = 0; s < 16; s++) {
+            int sc = q3k_scale(x + 96, s);
+            for (int i = 16 * s; i < 16 * s + 16; i++) aux[i % 8] += sc * (q8[i] * q[i]);
+        }
         add_lanes(lanes, aux, load_f16(x + 108) * load_f32(y));
     }
     return sum_lanes(0.0f, lanes);
@@ -385,36 +401,46 @@ static void k4_pack_scale_min(uint8_t *sc, int s, int scale, int min) {
     }
 }
 
-/* 4-bit code of element i: byte qs[32*(i/64) + i%32], low nibble when i%64 < 32. */
-static int k4_nibble(const uint8_t *qs, int i) {
-    uint8_t byte = qs[32 * (i / 64) + i % 32];
-    return (i % 64) < 32 ? (byte & 0xf) : (byte >> 4);
+/* 4-bit codes: element i is in byte qs[32*(i/64) + i%32], low nibble when i%64 < 32. Q5_K
+ * adds 16 when bit i/32 of qh[i%32] is set. */
+static void q4k_unpack(const uint8_t *b, int8_t *q) {
+    const uint8_t *qs = b + 16;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = (int8_t)(qs[32 * c + l] & 0xf);
+            q[64 * c + 32 + l] = (int8_t)(qs[32 * c + l] >> 4);
+        }
 }
 
-static int q4k_code(const uint8_t *b, int i) { return k4_nibble(b + 16, i); }
-
-static int q5k_code(const uint8_t *b, int i) {
-    return k4_nibble(b + 48, i) | (((b[16 + i % 32] >> (i / 32)) & 1) << 4);
+static void q5k_unpack(const uint8_t *b, int8_t *q) {
+    const uint8_t *qh = b + 16, *qs = b + 48;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = (int8_t)((qs[32 * c + l] & 0xf) | (((qh[l] >> (2 * c)) & 1) << 4));
+            q[64 * c + 32 + l] = (int8_t)((qs[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+        }
 }
 
-static void k45_dequantize(const uint8_t *b, float *dst, int (*code)(const uint8_t *, int)) {
+static void k45_dequantize(const uint8_t *b, float *dst, void (*unpack)(const uint8_t *, int8_t *)) {
     float d = load_f16(b), dmin = load_f16(b + 2);
-    for (int i = 0; i < QK_K; i++) {
+    int8_t q[QK_K];
+    unpack(b, q);
+    for (int s = 0; s < 8; s++) {
         int sc, m;
-        k4_scale_min(b + 4, i / 32, &sc, &m);
+        k4_scale_min(b + 4, s, &sc, &m);
         float d1 = d * (float)sc, m1 = dmin * (float)m;
-        dst[i] = d1 * (float)code(b, i) - m1;
+        for (int i = 32 * s; i < 32 * s + 32; i++) dst[i] = d1 * (float)q[i] - m1;
     }
 }
 
 void quant_dequantize_q4_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, b += 144, dst += QK_K) k45_dequantize(b, dst, q4k_code);
+    for (int64_t blk = 0; blk < n / QK_K; blk++, b += 144, dst += QK_K) k45_dequantize(b, dst, q4k_unpack);
 }
 
 void quant_dequantize_q5_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, b += 176, dst += QK_K) k45_dequantize(b, dst, q5k_code);
+    for (int64_t blk = 0; blk < n / QK_K; blk++, b += 176, dst += QK_K) k45_dequantize(b, dst, q5k_unpack);
 }
 
 /* Encodes one Q4_K (nmax 15) or Q5_K (nmax 31) super-block; returns the codes in L. */
@@ -468,14 +494,18 @@ void quant_quantize_q5_k(const float *src, void *dst, int64_t n) {
 }
 
 static float k45_dot(int64_t n, const uint8_t *x, const uint8_t *y, int block_bytes,
-                     int (*code)(const uint8_t *, int)) {
+                     void (*unpack)(const uint8_t *, int8_t *)) {
     float sumf = 0.0f, lanes[8] = {0};
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += block_bytes, y += 292) {
         int sc[8], mn[8];
         for (int s = 0; s < 8; s++) k4_scale_min(x + 4, s, &sc[s], &mn[s]);
+        int8_t q[QK_K];
+        unpack(x, q);
+        const int8_t *q8 = (const int8_t *)(y + 4);
         int32_t summs = 0, aux[8] = {0};
         for (int g = 0; g < 16; g++) summs += q8k_bsum(y, g) * mn[g / 2];
-        for (int i = 0; i < QK_K; i++) aux[i % 8] += sc[i / 32] * (q8k_q(y, i) * code(x, i));
+        for (int s = 0; s < 8; s++)
+            for (int i = 32 * s; i < 32 * s + 32; i++) aux[i % 8] += sc[s] * (q8[i] * q[i]);
         float da = load_f32(y);
         add_lanes(lanes, aux, load_f16(x) * da);
         sumf -= (load_f16(x + 2) * da) * (float)summs;
@@ -483,29 +513,36 @@ static float k45_dot(int64_t n, const uint8_t *x, const uint8_t *y, int block_by
     return sum_lanes(sumf, lanes);
 }
 
-float quant_dot_q4_k(int64_t n, const void *w, const void *a) { return k45_dot(n, w, a, 144, q4k_code); }
+float quant_dot_q4_k(int64_t n, const void *w, const void *a) { return k45_dot(n, w, a, 144, q4k_unpack); }
 
-float quant_dot_q5_k(int64_t n, const void *w, const void *a) { return k45_dot(n, w, a, 176, q5k_code); }
+float quant_dot_q5_k(int64_t n, const void *w, const void *a) { return k45_dot(n, w, a, 176, q5k_unpack); }
 
 /* ---- Q6_K ---------------------------------------------------------------------------------- */
 
-/* Quant of element i in -32..31: with h = i/128, r = i%128, quarter a = r/32, l = r%32, the
- * low four bits are in ql[64h + l + 32*(a%2)] (low nibble for a < 2), the top two in
+/* Quants in -32..31: element i = 128h + 32a + l has its low four bits in
+ * ql[64h + l + 32*(a%2)] (low nibble for a < 2, high for a >= 2) and its top two in
  * qh[32h + l] at bit 2a. */
-static int q6k_code(const uint8_t *b, int i) {
-    int h = i / 128, r = i % 128, a = r / 32, l = r % 32;
-    uint8_t lo_byte = b[64 * h + l + 32 * (a % 2)];
-    int lo = a < 2 ? (lo_byte & 0xf) : (lo_byte >> 4);
-    int hi = (b[128 + 32 * h + l] >> (2 * a)) & 3;
-    return (lo | (hi << 4)) - 32;
+static void q6k_unpack(const uint8_t *b, int8_t *q) {
+    const uint8_t *ql = b, *qh = b + 128;
+    for (int h = 0; h < 2; h++)
+        for (int a = 0; a < 4; a++)
+            for (int l = 0; l < 32; l++) {
+                int lo = (ql[64 * h + l + 32 * (a % 2)] >> (4 * (a / 2))) & 0xf;
+                int hi = (qh[32 * h + l] >> (2 * a)) & 3;
+                q[128 * h + 32 * a + l] = (int8_t)((lo | (hi << 4)) - 32);
+            }
 }
 
 void quant_dequantize_q6_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t blk = 0; blk < n / QK_K; blk++, b += 210, dst += QK_K) {
         float d = load_f16(b + 208);
-        for (int i = 0; i < QK_K; i++)
-            dst[i] = d * (float)(int8_t)b[192 + i / 16] * (float)q6k_code(b, i);
+        int8_t q[QK_K];
+        q6k_unpack(b, q);
+        for (int s = 0; s < 16; s++) {
+            float dl = d * (float)(int8_t)b[192 + s];
+            for (int i = 16 * s; i < 16 * s + 16; i++) dst[i] = dl * (float)q[i];
+        }
     }
 }
 
@@ -543,9 +580,14 @@ float quant_dot_q6_k(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float lanes[8] = {0};
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) {
+        int8_t q[QK_K];
+        q6k_unpack(x, q);
+        const int8_t *q8 = (const int8_t *)(y + 4);
         int32_t aux[8] = {0};
-        for (int i = 0; i < QK_K; i++)
-            aux[i % 8] += (int8_t)x[192 + i / 16] * (q8k_q(y, i) * q6k_code(x, i));
+        for (int s = 0; s < 16; s++) {
+            int sc = (int8_t)x[192 + s];
+            for (int i = 16 * s; i < 16 * s + 16; i++) aux[i % 8] += sc * (q8[i] * q[i]);
+        }
         add_lanes(lanes, aux, load_f16(x + 208) * load_f32(y));
     }
     return sum_lanes(0.0f, lanes);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# End-to-end checks of the sluice command line: the embedded model's story, tokenize/logits
+# output formats, and clean one-line errors with the right exit codes on bad input.
+set -u
+SLUICE=$1
+DATA=$2      # tests/data
+MODELS=$3    # models/
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+check() { # name, condition result
+  if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi
+}
+expect_exit() { # name, expected status, command...
+  local name=$1 want=$2; shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  local lines
+  lines=$(wc -l <"$work/err")
+  if [ "$got" -eq "$want" ] && [ -s "$work/err" ] && [ "$lines" -le 1 ]; then
+    echo "ok   $name (exit $got: $(cat "$work/err"))"
+  else
+    echo "FAIL $name: exit $got (want $want), stderr: $(cat "$work/err")"
+    fail=1
+  fi
+}
+
+# 1. the embedded default model tells its published story (greedy)
+"$SLUICE" run -n 64 --temp 0 >"$work/story" 2>"$work/story.err"
+printf 'Once upon a time%s\n' "$(cat "$DATA/stories260K.greedy.txt")" >"$work/story.want"
+cmp -s "$work/story" "$work/story.want"; check "embedded model greedy story" $?
+grep -q "generation 64 tokens, [0-9.]* tokens/s" "$work/story.err"; check "speed on stderr" $?
+
+# 2. explicit model and prompt: stdout is exactly the generated text
+"$SLUICE" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 64 --temp 0 -t 1 >"$work/gen" 2>/dev/null
+printf '%s\n' "$(cat "$DATA/stories260K.greedy.txt")" >"$work/gen.want"
+cmp -s "$work/gen" "$work/gen.want"; check "run -m -p greedy text" $?
+
+# 3. seeded sampling is reproducible
+"$SLUICE" run -n 40 --seed 7 >"$work/s1" 2>/dev/null
+"$SLUICE" run -n 40 --seed 7 -t 1 >"$work/s2" 2>/dev/null
+cmp -s "$work/s1" "$work/s2"; check "same seed, same text (1 vs all threads)" $?
+
+# 4. tokenize --ids prints [a, b, c] equal to llama.cpp's ids
+want="[$(sed 's/ /, /g' "$DATA/qwen3moe-tiny-F32.prompt.ids" | tr -d '\n')]"
+got=$("$SLUICE" tokenize -m "$DATA/qwen3moe-tiny-F32.gguf" -f "$DATA/prompt.txt" --ids)
+[ "$got" = "$want" ]; check "tokenize --ids (qwen2 BPE)" $?
+got=$("$SLUICE" tokenize -m "$DATA/qwen3moe-tiny-F32.gguf" -p "<|im_start|>user" --ids)
+[ "$got" = "[2046, 872]" ] || [ "${got#\[2046, }" != "$got" ]; check "tokenize parses special tokens" $?
+got=$("$SLUICE" tokenize -m "$DATA/qwen3moe-tiny-F32.gguf" -p "<|im_start|>" --ids --no-parse-special)
+[ "${got#\[2046}" = "$got" ]; check "tokenize --no-parse-special" $?
+got=$("$SLUICE" tokenize -m "$MODELS/stories260K.gguf" -f "$DATA/stories260K.prompt.txt" --ids)
+[ "$got" = "[$(sed 's/ /, /g' "$DATA/stories260K.prompt.ids" | tr -d '\n')]" ]; check "tokenize adds BOS when the metadata asks (SPM)" $?
+
+# 5. logits: [tokens][vocab] float32, same from text and from ids, any thread count
+"$SLUICE" logits -m "$MODELS/stories260K.gguf" -p "Once upon a time" -o "$work/a.f32" 2>/dev/null
+"$SLUICE" logits -m "$MODELS/stories260K.gguf" --ids "$(cat "$DATA/stories260K.prompt.ids")" -t 1 -o "$work/b.f32" 2>/dev/null
+[ "$(stat -c %s "$work/a.f32")" -eq $((5 * 512 * 4)) ]; check "logits file size" $?
+cmp -s "$work/a.f32" "$work/b.f32"; check "logits from text == from ids, 1 vs all threads" $?
+
+# 6. errors: one line on stderr, exit 1 (runtime) or 2 (usage)
+expect_exit "missing model file" 1 "$SLUICE" run -m "$work/none.gguf" -p hi
+head -c 1000 "$MODELS/stories260K.gguf" >"$work/trunc.gguf"
+expect_exit "truncated GGUF" 1 "$SLUICE" run -m "$work/trunc.gguf" -p hi
+expect_exit "truncated GGUF (info)" 1 "$SLUICE" info "$work/trunc.gguf"
+printf 'not a model at all' >"$work/junk.gguf"
+expect_exit "not a GGUF" 1 "$SLUICE" tokenize -m "$work/junk.gguf" -p hi
+expect_exit "bad number" 2 "$SLUICE" run --temp abc
+expect_exit "negative -n" 2 "$SLUICE" run -n -1
+expect_exit "unknown option" 2 "$SLUICE" run --bogus
+expect_exit "unknown command" 2 "$SLUICE" frobnicate
+expect_exit "token id out of range" 1 "$SLUICE" logits -m "$MODELS/stories260K.gguf" --ids "1 99999" -o "$work/x.f32"
+[ ! -e "$work/x.f32" ] && [ ! -e "$work/x.f32.tmp" ]; check "no partial logits file after an error" $?
+expect_exit "unwritable output" 1 "$SLUICE" logits -m "$MODELS/stories260K.gguf" -p hi -o /nonexistent/dir/x.f32
+expect_exit "context too small" 1 "$SLUICE" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -c 2
+
+# 7. help documents every flag of every command
+"$SLUICE" --help >"$work/help" && grep -q "run" "$work/help"; check "sluice --help" $?
+for cmd in $("$SLUICE" --help | awk '/^commands:/{f=1;next} f && !NF {f=0} f {print $1}'); do
+  "$SLUICE" "$cmd" --help >"$work/h.$cmd" 2>&1; check "sluice $cmd --help" $?
+done
+exit $fail
