@@ -29,8 +29,24 @@ const char *sluice_last_error(void);
 
 /* ---- model ---------------------------------------------------------------------------- */
 
+/* How routed experts are held. AUTO lets the planner decide from the measured memory budget. */
+typedef enum sluice_mode { SLUICE_MODE_AUTO = 0, SLUICE_MODE_RESIDENT = 1, SLUICE_MODE_STREAM = 2 } sluice_mode;
+/* How streamed experts are read: direct I/O (no page cache) or through the page cache. */
+typedef enum sluice_io { SLUICE_IO_DIRECT = 0, SLUICE_IO_PAGE = 1 } sluice_io;
+
 typedef struct sluice_model_params {
-    bool verbose; /* print load details to stderr */
+    bool verbose;          /* print load details to stderr */
+    sluice_mode mode;
+    uint64_t mem_budget;   /* bytes the process may use; 0: measured (cgroup, MemAvailable) */
+    uint64_t cache_bytes;  /* expert cache size; 0: the planner chooses */
+    int cache_experts;     /* expert cache as a number of experts ("Nx"); 0: unused */
+    sluice_io io;
+    int io_depth;          /* reads in flight; 0: 64 */
+    bool no_prefetch;      /* no router-lookahead prefetch */
+    bool verify_reads;     /* CRC-check every expert record read from a store */
+    int n_ctx;             /* context the plan reserves KV for; 0: trained length, max 4096 */
+    int n_batch;           /* prompt tokens per forward pass the plan reserves for; 0: 512 */
+    bool plan_only;        /* compute the plan, allocate nothing (for --plan) */
 } sluice_model_params;
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
@@ -56,6 +72,14 @@ typedef struct sluice_model_info {
 
 void sluice_model_get_info(const sluice_model *model, sluice_model_info *info);
 
+/* The memory plan the model was loaded with: a text table (json=false) or one JSON object.
+ * Returns the length (like snprintf). */
+int sluice_model_plan(const sluice_model *model, bool json, char *buf, size_t cap);
+/* True when the plan is feasible (always, except for plan_only loads). */
+bool sluice_model_plan_ok(const sluice_model *model);
+/* "resident" or "stream" */
+const char *sluice_model_mode(const sluice_model *model);
+
 /* ---- tokenizer ------------------------------------------------------------------------ */
 
 /* Tokenize len bytes of UTF-8. parse_special: recognize special-token text such as
@@ -72,6 +96,23 @@ int sluice_token_to_piece(const sluice_model *model, int32_t id, bool render_spe
 
 /* True for end-of-generation tokens (eos, eot, <|im_end|>, ...). */
 bool sluice_token_is_eog(const sluice_model *model, int32_t id);
+
+/* ---- chat ----------------------------------------------------------------------------- */
+
+/* The message framing a front end should render. sluice does not run the Jinja template; it
+ * recognizes the families it implements. */
+typedef enum sluice_chat_format {
+    SLUICE_CHAT_NONE = 0,   /* no known template (stories260K): concatenate the message texts */
+    SLUICE_CHAT_CHATML = 1, /* <|im_start|>role\ncontent<|im_end|>\n (Qwen) */
+} sluice_chat_format;
+
+/* tokenizer.chat_template (Jinja source) as stored in the file. Copies min(length, cap - 1)
+ * bytes and a NUL to buf (when cap > 0) and returns the full length, or -1 when the file has
+ * none. */
+int sluice_model_chat_template(const sluice_model *model, char *buf, int cap);
+/* The template's family; a file without a template whose vocabulary has <|im_start|> and
+ * <|im_end|> tokens counts as ChatML (llama.cpp's default template is ChatML too). */
+sluice_chat_format sluice_model_chat_format(const sluice_model *model);
 
 /* ---- session -------------------------------------------------------------------------- */
 
@@ -93,9 +134,19 @@ const float *sluice_session_logits(const sluice_session *session); /* last posit
 int sluice_session_pos(const sluice_session *session);
 int sluice_session_n_ctx(const sluice_session *session);
 void sluice_session_reset(sluice_session *session);
+/* Keep the first n evaluated positions (0 <= n <= pos) and forget the rest, so that a prompt
+ * sharing a prefix with what was evaluated needs only its remainder (the server's KV-cache
+ * reuse). Attention-only models can always; a model with recurrent state (hybrid) cannot roll
+ * it back and returns -1 unless n is 0 (a reset) or pos (nothing to do). The last logits are
+ * kept only when n == pos. */
+int sluice_session_truncate(sluice_session *session, int n);
 
 /* Bytes held by the session's KV cache (and recurrent state, for hybrid models). */
 uint64_t sluice_session_state_bytes(const sluice_session *session);
+/* The same bytes split into the KV cache (grows with the context) and the recurrent state of
+ * linear-attention layers (fixed per session; 0 for attention-only models). */
+void sluice_session_state_breakdown(const sluice_session *session, uint64_t *kv_bytes,
+                                    uint64_t *recurrent_bytes);
 
 /* ---- observation ---------------------------------------------------------------------- */
 

@@ -32,6 +32,24 @@ typedef enum rope_mode { ROPE_NORM = 0, ROPE_NEOX = 2 } rope_mode;
 
 typedef struct backend backend;
 
+/* The gated delta rule (Gated DeltaNet), per value head h with state S_h [d_v][d_k] (key index
+ * contiguous) and, per token t, q_t k_t (of key head kh(h)), v_t, log decay g_t, beta_t:
+ *   S <- exp(g_t) S;  d = beta_t (v_t - S k_t);  S <- S + d k_t^T;  out_t = S (q_scale q_t)
+ * kh(h) = h % n_k_head when kv_tiled (llama.cpp's qwen35/qwen35moe GGUFs), else
+ * h / (n_v_head / n_k_head) (grouped, as qwen3next and Hugging Face).
+ * Layouts: q, k [n][n_k_head][d_k]; v, out [n][n_v_head][d_v]; g, beta [n][n_v_head];
+ * state [n_v_head][d_v][d_k], carried across calls.
+ * chunk = 0: the per-token recurrence above (any split of a sequence into calls gives the same
+ * bits). chunk > 0: the chunked (WY) form over chunks of that many tokens, counted from the
+ * call's first token: the same function, different rounding (a prefill path for backends
+ * where matrix products are cheap). */
+typedef struct gdn_params {
+    int n_tok, n_k_head, n_v_head, d_k, d_v;
+    bool kv_tiled;
+    float q_scale;
+    int chunk;
+} gdn_params;
+
 typedef struct backend_ops {
     const char *name;
     void (*free)(backend *b);
@@ -56,6 +74,29 @@ typedef struct backend_ops {
     void (*add)(backend *b, float *x, const float *y, size_t n);
     /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
     void (*swiglu)(backend *b, float *g, const float *u, size_t n);
+
+    /* ---- linear attention (Gated DeltaNet) and gates; CPU: backends/cpu/ops_ssm.c ---- */
+    /* y = x / max(||x||_2, eps) over rows of dim values (ggml_l2_norm); y may be x */
+    void (*l2norm)(backend *b, const float *x, int n_rows, int dim, float eps, float *y);
+    /* Causal depthwise convolution over time, then SiLU, with a rolling state. With
+     * xp = [state (kernel-1 rows); x (n rows)], rows of `channels` floats:
+     *   y[t][c] = silu(sum_{j < kernel} w[c][j] * xp[t + j][c])
+     * and afterwards state = the last kernel-1 rows of xp (raw inputs, not convolved).
+     * w is [channels][kernel]. Each output depends only on its own window, so any split of a
+     * sequence into calls gives the same bits. */
+    void (*conv1d_silu)(backend *b, const float *x, int n, int channels, const float *w,
+                        int kernel, float *state, float *y);
+    /* Gated delta rule over n tokens (see gdn_params). */
+    void (*gated_delta)(backend *b, const float *q, const float *k, const float *v,
+                        const float *g, const float *beta, float *state, const gdn_params *p,
+                        float *out);
+    /* x[r][i] *= sigmoid(g[r][g_dim == 1 ? 0 : i]) for r < n_rows, i < dim; g_dim is 1 or dim */
+    void (*sigmoid_mul)(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
+    /* Gated DeltaNet gates, per token t < n and value head h < n_head, in place:
+     *   beta[t][h] = sigmoid(beta[t][h])
+     *   alpha[t][h] = softplus(alpha[t][h] + dt_bias[h]) * a[h]   (log decay; a < 0 as stored) */
+    void (*gdn_gates)(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
+                      int n, int n_head);
 } backend_ops;
 
 struct backend {
@@ -94,6 +135,27 @@ static inline void be_add(backend *b, float *x, const float *y, size_t n) {
 }
 static inline void be_swiglu(backend *b, float *g, const float *u, size_t n) {
     b->ops->swiglu(b, g, u, n);
+}
+static inline void be_l2norm(backend *b, const float *x, int n_rows, int dim, float eps,
+                              float *y) {
+    b->ops->l2norm(b, x, n_rows, dim, eps, y);
+}
+static inline void be_conv1d_silu(backend *b, const float *x, int n, int channels,
+                                  const float *w, int kernel, float *state, float *y) {
+    b->ops->conv1d_silu(b, x, n, channels, w, kernel, state, y);
+}
+static inline void be_gated_delta(backend *b, const float *q, const float *k, const float *v,
+                                  const float *g, const float *beta, float *state,
+                                  const gdn_params *p, float *out) {
+    b->ops->gated_delta(b, q, k, v, g, beta, state, p, out);
+}
+static inline void be_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim,
+                                  int g_dim) {
+    b->ops->sigmoid_mul(b, x, g, n_rows, dim, g_dim);
+}
+static inline void be_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias,
+                                const float *a, int n, int n_head) {
+    b->ops->gdn_gates(b, beta, alpha, dt_bias, a, n, n_head);
 }
 static inline void be_free(backend *b) {
     if (b) b->ops->free(b);

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/plan_opts.h"
 
 static int write_all(const char *path, const float *data, size_t n) {
     char tmp[4096];
@@ -32,7 +33,8 @@ int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL, *ids_arg = NULL, *out = NULL;
     int n_threads = 0, n_batch = 0;
     bool no_special = false;
-    const cli_opt opts[] = {
+    cli_plan_opts po = {0};
+    const cli_opt base_opts[] = {
         {"--model", "-m", OPT_STR, &model, "FILE", "GGUF model (default: the embedded model)"},
         {"--prompt", "-p", OPT_STR, &prompt, "TEXT", "prompt text (BOS added when the model asks for it)"},
         {"--file", "-f", OPT_STR, &file, "FILE", "read the prompt from a file"},
@@ -42,10 +44,14 @@ int cmd_logits(int argc, char **argv) {
         {"--batch-size", "-b", OPT_INT, &n_batch, "N", "tokens per forward pass (default: the whole prompt)"},
         {"--no-parse-special", NULL, OPT_FLAG, &no_special, NULL, "treat special-token text as plain text"},
     };
+    cli_opt opts[64];
+    int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
+    memcpy(opts, base_opts, sizeof base_opts);
+    n_opts = cli_add_plan_opts(opts, n_opts, 64, &po);
     const cli_cmd cmd = {"logits", "-m MODEL (-p TEXT | -f FILE | --ids \"1 2 3\") -o OUT.f32",
                          "Evaluate the prompt as one batch and write the logits of every "
                          "position: little-endian float32, row-major [tokens][vocab].",
-                         NULL, opts, (int)(sizeof opts / sizeof opts[0]), 0};
+                         NULL, opts, n_opts, 0};
     const char *pos[1];
     int n_pos;
     int rc = cli_parse(&cmd, argc, argv, pos, &n_pos);
@@ -62,7 +68,10 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "sluice logits: -t and -b must not be negative\n");
         return 2;
     }
-    sluice_model *m = cli_load_model("logits", model);
+    sluice_model_params mp = {.n_batch = n_batch};
+    if (!cli_plan_params("logits", &po, &mp)) return 2;
+    if (po.plan) return cli_print_plan("logits", model, &mp, po.json);
+    sluice_model *m = cli_load_model_params("logits", model, &mp);
     if (!m) return 1;
     sluice_model_info info;
     sluice_model_get_info(m, &info);

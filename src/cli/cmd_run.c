@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/plan_opts.h"
 
 #define DEFAULT_PROMPT "Once upon a time"
 #define SEED_RANDOM UINT64_MAX
@@ -18,7 +19,8 @@ int cmd_run(int argc, char **argv) {
     bool no_special = false, ignore_eos = false, echo = false, verbose = false;
     sluice_sampler_params sp = sluice_sampler_defaults();
     uint64_t seed = SEED_RANDOM;
-    const cli_opt opts[] = {
+    cli_plan_opts po = {0};
+    const cli_opt base_opts[] = {
         {"--model", "-m", OPT_STR, &model, "FILE", "GGUF model (default: the embedded stories260K)"},
         {"--prompt", "-p", OPT_STR, &prompt, "TEXT", "prompt text (default model: \"" DEFAULT_PROMPT "\")"},
         {"--file", "-f", OPT_STR, &file, "FILE", "read the prompt from a file"},
@@ -38,12 +40,16 @@ int cmd_run(int argc, char **argv) {
         {"--echo", NULL, OPT_FLAG, &echo, NULL, "print the prompt before the generated text"},
         {"--verbose", "-v", OPT_FLAG, &verbose, NULL, "print model and session details to stderr"},
     };
+    cli_opt opts[64];
+    int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
+    memcpy(opts, base_opts, sizeof base_opts);
+    n_opts = cli_add_plan_opts(opts, n_opts, 64, &po);
     const cli_cmd cmd = {"run", "[-m MODEL] [-p PROMPT | -f FILE] [-n N] [options]",
                          "Generate text. The generated text streams to stdout; prompt and "
                          "generation speed (tokens/s) go to stderr.",
                          "Without -m, sluice runs its embedded default model (stories260K, a "
                          "tiny story model) on \"" DEFAULT_PROMPT "\".",
-                         opts, (int)(sizeof opts / sizeof opts[0]), 0};
+                         opts, n_opts, 0};
     const char *pos[1];
     int n_pos;
     int rc = cli_parse(&cmd, argc, argv, pos, &n_pos);
@@ -59,7 +65,10 @@ int cmd_run(int argc, char **argv) {
     if (seed == SEED_RANDOM) seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     sp.seed = seed;
 
-    sluice_model *m = cli_load_model("run", model);
+    sluice_model_params mp = {.n_ctx = n_ctx, .n_batch = n_batch};
+    if (!cli_plan_params("run", &po, &mp)) return 2;
+    if (po.plan) return cli_print_plan("run", model, &mp, po.json);
+    sluice_model *m = cli_load_model_params("run", model, &mp);
     if (!m) return 1;
     sluice_model_info info;
     sluice_model_get_info(m, &info);
@@ -94,11 +103,21 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     sluice_session_set_sampler(s, &sp);
-    if (verbose)
+    if (verbose) {
         fprintf(stderr, "sluice: %s (%s), %d layers, vocab %d, %.2f M parameters\n", info.name,
                 info.arch, info.n_layer, info.n_vocab, (double)info.n_params / 1e6);
-    fprintf(stderr, "sluice: context %d positions, state %.2f MiB, seed %llu\n", n_ctx,
-            (double)sluice_session_state_bytes(s) / (1024.0 * 1024.0), (unsigned long long)seed);
+        char pb[2048];
+        sluice_model_plan(m, false, pb, sizeof pb);
+        fputs(pb, stderr);
+    }
+    uint64_t kv_bytes = 0, rec_bytes = 0;
+    sluice_session_state_breakdown(s, &kv_bytes, &rec_bytes);
+    fprintf(stderr,
+            "sluice: context %d positions, state %.2f MiB (KV %.2f MiB, recurrent %.2f MiB), "
+            "seed %llu\n",
+            n_ctx, (double)sluice_session_state_bytes(s) / (1024.0 * 1024.0),
+            (double)kv_bytes / (1024.0 * 1024.0), (double)rec_bytes / (1024.0 * 1024.0),
+            (unsigned long long)seed);
     if (echo) {
         fwrite(text, 1, len, stdout);
         fflush(stdout);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* the default model, linked in by default_model.S */
 extern const unsigned char sluice_default_model[];
@@ -13,11 +14,16 @@ extern const unsigned char sluice_default_model_end[];
 
 sluice_model *cli_load_model(const char *cmd, const char *path) {
     sluice_model_params mp = {0};
-    sluice_model *m = path ? sluice_model_load(path, &mp)
+    return cli_load_model_params(cmd, path, &mp);
+}
+
+sluice_model *cli_load_model_params(const char *cmd, const char *path,
+                                    const sluice_model_params *mp) {
+    sluice_model *m = path ? sluice_model_load(path, mp)
                            : sluice_model_load_memory(
                                  sluice_default_model,
                                  (size_t)(sluice_default_model_end - sluice_default_model),
-                                 DEFAULT_MODEL_NAME, &mp);
+                                 DEFAULT_MODEL_NAME, mp);
     if (!m) fprintf(stderr, "sluice %s: %s\n", cmd, sluice_last_error());
     return m;
 }
@@ -122,4 +128,28 @@ double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_progress(void *ctx, uint64_t done, uint64_t total) {
+    cli_progress_state *p = ctx;
+    if (p->t0 == 0) p->t0 = cli_now();
+    int permille = total ? (int)(done * 1000 / total) : 1000;
+    bool tty = isatty(2);
+    int step = tty ? 2 : 100;
+    if (permille < p->last + step && permille != 1000) return;
+    if (permille == p->last) return;
+    p->last = permille;
+    double dt = cli_now() - p->t0;
+    double gbs = dt > 0 ? (double)done / dt / 1e9 : 0;
+    if (tty) {
+        int w = 30, fill = permille * w / 1000;
+        fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %.2f GB/s", p->label, fill,
+                "##############################", w - fill, "", permille / 10.0, gbs);
+    } else {
+        fprintf(stderr, "%s %5.1f%% %.2f GB/s\n", p->label, permille / 10.0, gbs);
+    }
+}
+
+void cli_progress_end(cli_progress_state *p) {
+    if (p->last > 0 && isatty(2)) fputc('\n', stderr);
 }

@@ -16,6 +16,13 @@ static const command commands[] = {
     {"info", cmd_info, "describe a GGUF file: architecture, hyper-parameters, tokenizer, tensors"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"logits", cmd_logits, "evaluate a prompt as one batch and write the logits of every position"},
+    {"serve", cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"bench", cmd_bench, "measure prefill/decode speed with exact evidence (llama-bench style)"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file over non-overlapping windows"},
+    {"synth", cmd_synth, "write a synthetic full-size model (real shapes, random weights)"},
+    {"cachesim", cmd_cachesim, "replay a routing trace through expert-cache policies"},
+    {"repack", cmd_repack, "rewrite a GGUF as an expert-major store (one aligned record per expert)"},
+    {"verify", cmd_verify, "check a model file; for a store, its manifest, records and payload hash"},
 };
 
 static void usage(FILE *out) {

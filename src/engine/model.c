@@ -12,7 +12,93 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
     dst[n] = 0;
 }
 
-static sluice_model *load_from(gguf_file *g, const char *label) {
+#define DEFAULT_PLAN_CTX 4096
+#define DEFAULT_PLAN_BATCH 512
+
+/* What the planner needs to know about this model, in bytes. */
+static void model_facts(sluice_model *m) {
+    const hparams *hp = &m->hp;
+    plan_model_facts *f = &m->facts;
+    memset(f, 0, sizeof *f);
+    f->file_bytes = m->gguf->size;
+    uint64_t expert_region = 0;
+    for (int i = 0; i < m->layout.n_layer; i++) {
+        const expert_layer_layout *L = &m->layout.layers[i];
+        if (!L->present) continue;
+        f->n_moe_layers++;
+        if (m->layout.packed) expert_region += L->record_stride * (uint64_t)m->layout.n_expert;
+        else
+            for (int p = 0; p < EXPERT_PARTS; p++)
+                expert_region += L->part[p].bytes * (uint64_t)m->layout.n_expert;
+    }
+    f->expert_bytes = expert_region;
+    f->dense_bytes = f->file_bytes > expert_region ? f->file_bytes - expert_region : 0;
+    f->slot_bytes = expert_slot_bytes(&m->layout);
+    f->n_expert = hp->n_expert;
+    f->n_expert_used = hp->n_expert_used;
+    uint64_t s1 = m->arch->state_bytes(m, 1), s2 = m->arch->state_bytes(m, 2);
+    f->kv_bytes_per_pos = s2 - s1;
+    f->state_bytes = s1 - f->kv_bytes_per_pos;
+    /* activations per token of a batch: residual and norms, projections, FFN hidden, routing,
+     * per-slot expert outputs, gathered rows, encoded activations (floats unless noted) */
+    uint64_t E = (uint64_t)hp->n_embd, ff = (uint64_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    uint64_t q = (uint64_t)hp->n_head * (uint64_t)(hp->head_dim_k > hp->head_dim_v ? hp->head_dim_k : hp->head_dim_v);
+    uint64_t kv = (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v);
+    uint64_t k = (uint64_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 0);
+    f->scratch_per_token = 4 * (6 * E + 2 * q + kv + 2 * ff + 2 * (uint64_t)hp->n_expert + k * E + 4 * E) +
+                           2 * (E + ff);
+    f->scratch_fixed = 3 * 4 * (uint64_t)hp->n_vocab + (16ull << 20);
+}
+
+/* Plan memory; create the expert store the plan asks for. 0, or -1 with the error set. */
+static int plan_and_bind(sluice_model *m, const char *label) {
+    const sluice_model_params *p = &m->params;
+    m->request = (plan_request){
+        .mode = p->mode,
+        .mem_budget = p->mem_budget,
+        .cache_bytes = p->cache_bytes,
+        .cache_slots = p->cache_experts,
+        .n_ctx = p->n_ctx > 0 ? p->n_ctx
+                              : (m->hp.n_ctx_train < DEFAULT_PLAN_CTX ? m->hp.n_ctx_train : DEFAULT_PLAN_CTX),
+        .n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_PLAN_BATCH,
+    };
+    if (!m->path && m->request.mode == SLUICE_MODE_STREAM) {
+        sluice_set_error("%s: a model in memory cannot stream its experts", label);
+        return -1;
+    }
+    model_facts(m);
+    plan_probe(&m->machine);
+    plan_compute(&m->facts, &m->machine, &m->request, &m->plan);
+    if (!m->plan.ok && !p->plan_only) {
+        sluice_set_error("%s: memory plan refused: %s", label, m->plan.message);
+        return -1;
+    }
+    if (p->plan_only || m->facts.n_moe_layers == 0) return 0;
+    char err[512];
+    if (m->plan.mode == SLUICE_MODE_RESIDENT) {
+        m->experts = expert_store_resident_new(&m->layout, m->gguf->base);
+    } else {
+        stream_params sp = {.path = m->path,
+                            .layout = &m->layout,
+                            .cache_bytes = m->plan.cache,
+                            .io_mode = p->io == SLUICE_IO_PAGE ? 1 : 0,
+                            .io_depth = p->io_depth,
+                            .verify_reads = p->verify_reads};
+        m->experts = expert_store_stream_new(&sp, err, sizeof err);
+        if (!m->experts) {
+            sluice_set_error("%s: %s", label, err);
+            return -1;
+        }
+    }
+    if (!m->experts) {
+        sluice_set_error("%s: out of memory", label);
+        return -1;
+    }
+    return 0;
+}
+
+static sluice_model *load_from(gguf_file *g, const char *label, const char *path,
+                               const sluice_model_params *params) {
     char err[512] = "";
     sluice_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -21,6 +107,11 @@ static sluice_model *load_from(gguf_file *g, const char *label) {
         return NULL;
     }
     m->gguf = g;
+    if (params) m->params = *params;
+    if (path && !(m->path = strdup(path))) {
+        sluice_set_error("%s: out of memory", label);
+        goto fail;
+    }
     gguf_str s;
     if (!gguf_get_str(g, "general.architecture", &s)) {
         sluice_set_error("%s: missing general.architecture", label);
@@ -50,6 +141,7 @@ static sluice_model *load_from(gguf_file *g, const char *label) {
                          label, tokenizer_n_vocab(m->tok), m->hp.n_vocab);
         goto fail;
     }
+    if (plan_and_bind(m, label) != 0) goto fail;
     return m;
 fail:
     sluice_model_free(m);
@@ -57,7 +149,6 @@ fail:
 }
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params) {
-    (void)params;
     char err[512];
     gguf_file *g = gguf_open(path, err, sizeof err);
     if (!g) {
@@ -65,24 +156,25 @@ sluice_model *sluice_model_load(const char *path, const sluice_model_params *par
         return NULL;
     }
     const char *base = strrchr(path, '/');
-    return load_from(g, base ? base + 1 : path);
+    return load_from(g, base ? base + 1 : path, path, params);
 }
 
 sluice_model *sluice_model_load_memory(const void *data, size_t size, const char *name,
                                        const sluice_model_params *params) {
-    (void)params;
     char err[512];
     gguf_file *g = gguf_open_memory(data, size, err, sizeof err);
     if (!g) {
         sluice_set_error("%s: %s", name, err);
         return NULL;
     }
-    return load_from(g, name);
+    return load_from(g, name, NULL, params);
 }
 
 void sluice_model_free(sluice_model *m) {
     if (!m) return;
     expert_store_free(m->experts);
+    expert_layout_free(&m->layout);
+    free(m->path);
     tokenizer_free(m->tok);
     free(m->layers);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -142,3 +234,13 @@ void sluice_model_expert_stats(const sluice_model *m, sluice_expert_stats *stats
     if (m->experts) *stats = m->experts->stats;
     else memset(stats, 0, sizeof *stats);
 }
+
+int sluice_model_plan(const sluice_model *m, bool json, char *buf, size_t cap) {
+    return plan_format(&m->plan, &m->facts, json, buf, cap);
+}
+
+const char *sluice_model_mode(const sluice_model *m) {
+    return m->plan.mode == SLUICE_MODE_STREAM ? "stream" : "resident";
+}
+
+bool sluice_model_plan_ok(const sluice_model *m) { return m->plan.ok; }

@@ -34,6 +34,25 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
     }
     if (p.n_batch == 0) p.n_batch = DEFAULT_BATCH;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    if (m->hp.n_expert > 0 && !m->experts) {
+        sluice_set_error("the model was loaded for planning only");
+        return NULL;
+    }
+    if (p.n_ctx > m->plan.n_ctx || p.n_batch > m->plan.n_batch) {
+        /* more than the plan reserved: still within the budget with the cache already sized? */
+        plan_request r = m->request;
+        r.n_ctx = p.n_ctx > m->plan.n_ctx ? p.n_ctx : m->plan.n_ctx;
+        r.n_batch = p.n_batch > m->plan.n_batch ? p.n_batch : m->plan.n_batch;
+        if (m->plan.mode == SLUICE_MODE_STREAM) r.cache_slots = m->plan.cache_slots;
+        plan np;
+        plan_compute(&m->facts, &m->machine, &r, &np);
+        if (!np.ok || np.mode != m->plan.mode) {
+            sluice_set_error("a session of %d positions (batch %d) does not fit the memory plan "
+                             "made for %d (batch %d): %s; load the model with a larger context",
+                             p.n_ctx, p.n_batch, m->plan.n_ctx, m->plan.n_batch, np.message);
+            return NULL;
+        }
+    }
     sluice_session *s = calloc(1, sizeof *s);
     if (!s) {
         sluice_set_error("out of memory");
@@ -116,8 +135,37 @@ void sluice_session_reset(sluice_session *s) {
     sampler_reset(s->smp);
 }
 
+int sluice_session_truncate(sluice_session *s, int n) {
+    if (n < 0 || n > s->pos) {
+        sluice_set_error("truncate: %d is outside the evaluated positions 0..%d", n, s->pos);
+        return -1;
+    }
+    if (n == s->pos) return 0;
+    if (n == 0) {
+        sluice_session_reset(s);
+        return 0;
+    }
+    /* attention reads the cache below the current position only, so moving the position back
+     * is the whole rollback; a recurrent state has folded every token in and cannot */
+    if (s->m->arch->recurrent_bytes && s->m->arch->recurrent_bytes(s->m) > 0) {
+        sluice_set_error("truncate: the model's recurrent state cannot be rolled back");
+        return -1;
+    }
+    s->pos = n;
+    s->have_logits = false;
+    return 0;
+}
+
 uint64_t sluice_session_state_bytes(const sluice_session *s) {
     return s->m->arch->state_bytes(s->m, s->n_ctx);
+}
+
+void sluice_session_state_breakdown(const sluice_session *s, uint64_t *kv_bytes,
+                                    uint64_t *recurrent_bytes) {
+    const uint64_t all = sluice_session_state_bytes(s);
+    const uint64_t rec = s->m->arch->recurrent_bytes ? s->m->arch->recurrent_bytes(s->m) : 0;
+    if (kv_bytes) *kv_bytes = all - rec;
+    if (recurrent_bytes) *recurrent_bytes = rec;
 }
 
 void sluice_session_set_sampler(sluice_session *s, const sluice_sampler_params *p) {

@@ -28,8 +28,10 @@
  *
  * Dot products follow ggml's generic CPU code: exact int32 sums weighted by the odd scales,
  * one float term per super-block (sumf += (dw * da) * bsum), then the final factor
- * (0.125 for IQ2_*, 0.25 for IQ3_XXS, 1 for IQ3_S). IQ4_XS adds one float term per 32 values:
- * sumf += ((dw * da) * (ls - 32)) * isum. Q2_0 (activation Q8_0, two blocks per weight block):
+ * (0.125 for IQ2_*, 0.25 for IQ3_XXS, 1 for IQ3_S). IQ4_XS likewise sums the integers of the
+ * whole super-block, each 32-group weighted by its integer scale (ls - 32), and adds one float
+ * term per super-block: sumf += (dw * da) * isum (ggml's generic code adds a float term per
+ * 32 values; one exact integer per super-block is what SIMD and matrix units produce). Q2_0 (activation Q8_0, two blocks per weight block):
  * per weight block t = da0 * isum0 + da1 * isum1 (in that order), sumf += dw * t.
  *
  * Encoders: real (deterministic, error-minimising) ones, simpler than ggml's importance-weighted
@@ -351,14 +353,14 @@ float quant_dot_iq4_xs(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136, y += 292) {
-        float d4d8 = load_f16(x) * load_f32(y);
+        int32_t isum = 0;
         for (int g = 0; g < 8; g++) {
-            int32_t isum = 0;
+            int32_t part = 0;
             for (int i = 32 * g; i < 32 * g + 32; i++)
-                isum += q8k_q(y, i) * quant_kvalues_iq4nl[iq4xs_code(x, i)];
-            float dl = d4d8 * (float)(iq4xs_ls(x, g) - 32);
-            sumf += dl * (float)isum;
+                part += q8k_q(y, i) * quant_kvalues_iq4nl[iq4xs_code(x, i)];
+            isum += (iq4xs_ls(x, g) - 32) * part;
         }
+        sumf += (load_f16(x) * load_f32(y)) * (float)isum;
     }
     return sumf;
 }

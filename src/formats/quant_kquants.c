@@ -10,16 +10,19 @@
  *   Q8_K  d:f32 | qs:int8[256] | bsums:int16[16]                       (292 bytes)
  * Element addressing is in the *_unpack helpers; docs/quant.md spells it out.
  *
- * Dot products follow ggml's generic CPU code exactly, including its float association:
- *   Q2_K: per block  sumf += (da*d) * isum - (da*dmin) * summs
- *   Q3_K, Q6_K: eight int32 lanes per block (lane = element index mod 8, each product scaled by
- *         its sub-block scale); per block lane[l] += (d*da) * aux[l]; result = sum of lanes
- *         0..7 in order, starting from 0.
- *   Q4_K, Q5_K: as Q3_K for the scale part; the min part is one int per block (Q8_K bsums times
- *         the 6-bit mins) and sumf -= (dmin*da) * summs per block; the result is
- *         sumf + lane[0] + ... + lane[7] in that order.
+ * Dot products: per super-block ONE exact int32 sum isum = sum over sub-blocks s of
+ * scale_s * (sum of q8_i * q_i over s), and for the types with mins one exact int32
+ * summs = sum over groups of 16 of bsum_g * min_(g's sub-block); then one float step per
+ * super-block, added to a single running sum in block order:
+ *   Q2_K:       sumf += (da*d) * isum - (da*dmin) * summs        (ggml's generic order)
+ *   Q4_K, Q5_K: sumf += (d*da) * isum - (dmin*da) * summs
+ *   Q3_K, Q6_K: sumf += (d*da) * isum
+ * ggml's generic code splits Q3_K..Q6_K into eight float lanes by element index mod 8; sluice
+ * does not, because no SIMD or matrix unit (AVX2 maddubs, VNNI dpbusd, AMX tiles) produces
+ * element-mod-8 partial sums cheaply, while all of them produce exact integer sums per
+ * super-block. Results differ from ggml's generic code by float rounding only (a few ulp).
  * Integer sums are exact (no overflow is possible at these ranges), so only the float steps
- * above fix the result.
+ * above fix the result, and kernels may sum the integers in any order.
  */
 #include "formats/quant.h"
 
@@ -350,31 +353,22 @@ void quant_quantize_q3_k(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* Shared tail of the lane-accumulating dots: lanes[l] += d * aux[l]. */
-static void add_lanes(float *lanes, const int32_t *aux, float d) {
-    for (int l = 0; l < 8; l++) lanes[l] += d * (float)aux[l];
-}
-
-static float sum_lanes(float sumf, const float *lanes) {
-    for (int l = 0; l < 8; l++) sumf += lanes[l];
-    return sumf;
-}
-
 float quant_dot_q3_k(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float lanes[8] = {0};
+    float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 110, y += 292) {
         int8_t q[QK_K];
         q3k_unpack(x, q);
         const int8_t *q8 = (const int8_t *)(y + 4);
-        int32_t aux[8] = {0};
+        int32_t isum = 0;
         for (int s = 0; s < 16; s++) {
-            int sc = q3k_scale(x + 96, s);
-            for (int i = 16 * s; i < 16 * s + 16; i++) aux[i % 8] += sc * (q8[i] * q[i]);
+            int32_t part = 0;
+            for (int i = 16 * s; i < 16 * s + 16; i++) part += q8[i] * q[i];
+            isum += q3k_scale(x + 96, s) * part;
         }
-        add_lanes(lanes, aux, load_f16(x + 108) * load_f32(y));
+        sumf += (load_f16(x + 108) * load_f32(y)) * (float)isum;
     }
-    return sum_lanes(0.0f, lanes);
+    return sumf;
 }
 
 /* ---- Q4_K / Q5_K --------------------------------------------------------------------------- */
@@ -495,22 +489,24 @@ void quant_quantize_q5_k(const float *src, void *dst, int64_t n) {
 
 static float k45_dot(int64_t n, const uint8_t *x, const uint8_t *y, int block_bytes,
                      void (*unpack)(const uint8_t *, int8_t *)) {
-    float sumf = 0.0f, lanes[8] = {0};
+    float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += block_bytes, y += 292) {
         int sc[8], mn[8];
         for (int s = 0; s < 8; s++) k4_scale_min(x + 4, s, &sc[s], &mn[s]);
         int8_t q[QK_K];
         unpack(x, q);
         const int8_t *q8 = (const int8_t *)(y + 4);
-        int32_t summs = 0, aux[8] = {0};
+        int32_t summs = 0, isum = 0;
         for (int g = 0; g < 16; g++) summs += q8k_bsum(y, g) * mn[g / 2];
-        for (int s = 0; s < 8; s++)
-            for (int i = 32 * s; i < 32 * s + 32; i++) aux[i % 8] += sc[s] * (q8[i] * q[i]);
+        for (int s = 0; s < 8; s++) {
+            int32_t part = 0;
+            for (int i = 32 * s; i < 32 * s + 32; i++) part += q8[i] * q[i];
+            isum += sc[s] * part;
+        }
         float da = load_f32(y);
-        add_lanes(lanes, aux, load_f16(x) * da);
-        sumf -= (load_f16(x + 2) * da) * (float)summs;
+        sumf += (load_f16(x) * da) * (float)isum - (load_f16(x + 2) * da) * (float)summs;
     }
-    return sum_lanes(sumf, lanes);
+    return sumf;
 }
 
 float quant_dot_q4_k(int64_t n, const void *w, const void *a) { return k45_dot(n, w, a, 144, q4k_unpack); }
@@ -578,17 +574,18 @@ void quant_quantize_q6_k(const float *src, void *dst, int64_t n) {
 
 float quant_dot_q6_k(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float lanes[8] = {0};
+    float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) {
         int8_t q[QK_K];
         q6k_unpack(x, q);
         const int8_t *q8 = (const int8_t *)(y + 4);
-        int32_t aux[8] = {0};
+        int32_t isum = 0;
         for (int s = 0; s < 16; s++) {
-            int sc = (int8_t)x[192 + s];
-            for (int i = 16 * s; i < 16 * s + 16; i++) aux[i % 8] += sc * (q8[i] * q[i]);
+            int32_t part = 0;
+            for (int i = 16 * s; i < 16 * s + 16; i++) part += q8[i] * q[i];
+            isum += (int8_t)x[192 + s] * part;
         }
-        add_lanes(lanes, aux, load_f16(x + 208) * load_f32(y));
+        sumf += (load_f16(x + 208) * load_f32(y)) * (float)isum;
     }
-    return sum_lanes(0.0f, lanes);
+    return sumf;
 }

@@ -5,8 +5,11 @@
 
 extern const arch_desc arch_llama;
 extern const arch_desc arch_qwen3moe;
+extern const arch_desc arch_qwen35moe;
+extern const arch_desc arch_qwen3next;
 
-static const arch_desc *const archs[] = {&arch_llama, &arch_qwen3moe};
+static const arch_desc *const archs[] = {&arch_llama, &arch_qwen3moe, &arch_qwen35moe,
+                                         &arch_qwen3next};
 
 const arch_desc *arch_find(const char *name) {
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -14,4 +17,4 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama, qwen3moe"; }
+const char *arch_supported_list(void) { return "llama, qwen3moe, qwen35moe, qwen3next"; }

@@ -49,6 +49,7 @@ void decoder_state_free(model_state *st) {
     free(st->moe_y);
     free(st->moe_rows);
     free(st->logits);
+    moe_state_release(st);
     free(st);
 }
 

@@ -167,3 +167,33 @@ bool load_io_tensors(sluice_model *m, char *err, size_t n) {
     return true;
 }
 
+
+bool ld_experts(sluice_model *m, bool every_layer, char *err, size_t n) {
+    const hparams *hp = &m->hp;
+    if (expert_layout_load(m->gguf, hp->n_layer, hp->n_expert, &m->layout, err, n) != 0)
+        return false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const expert_layer_layout *L = &m->layout.layers[il];
+        if (!L->present) {
+            if (every_layer) {
+                snprintf(err, n, "layer %d has no routed experts (ffn_{gate,up,down}_exps)", il);
+                return false;
+            }
+            continue;
+        }
+        const int64_t want[EXPERT_PARTS][2] = {{hp->n_embd, hp->n_ff_exp},
+                                               {hp->n_embd, hp->n_ff_exp},
+                                               {hp->n_ff_exp, hp->n_embd}};
+        static const char *names[EXPERT_PARTS] = {"gate", "up", "down"};
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            if (L->part[p].ne0 != want[p][0] || L->part[p].ne1 != want[p][1]) {
+                snprintf(err, n, "layer %d: %s experts have shape [%lld, %lld], expected "
+                         "[%lld, %lld]", il, names[p], (long long)L->part[p].ne0,
+                         (long long)L->part[p].ne1, (long long)want[p][0], (long long)want[p][1]);
+                return false;
+            }
+            m->n_params += L->part[p].ne0 * L->part[p].ne1 * (int64_t)hp->n_expert;
+        }
+    }
+    return true;
+}

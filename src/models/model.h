@@ -14,7 +14,9 @@
 #include "backends/backend.h"
 #include "engine/tokenizer.h"
 #include "formats/gguf.h"
+#include "formats/store.h"
 #include "runtime/experts.h"
+#include "runtime/plan.h"
 #include "sluice.h"
 
 typedef struct hparams {
@@ -32,13 +34,33 @@ typedef struct hparams {
     int n_expert, n_expert_used;
     int n_ff_exp;               /* routed expert width */
     bool norm_topk;             /* renormalize the top-k router weights */
+    int n_ff_shexp;             /* shared expert width (0: none) */
+    /* hybrid models (qwen35moe, qwen3next): Gated DeltaNet layers, see models/hybrid.h */
+    int n_layer_recurrent;      /* layers with layer_weights.recurrent set */
+    int ssm_kernel;             /* causal conv1d taps */
+    int ssm_n_k_head, ssm_n_v_head, ssm_d_k, ssm_d_v;
+    bool ssm_kv_tiled;          /* value head h reads key head h % n_k_head (else grouped) */
 } hparams;
+
+/* Weights of a Gated DeltaNet (linear attention) layer. qwen35moe files have qkv, gate, beta,
+ * alpha; qwen3next files have ba (beta and alpha interleaved per key head) and either qkv + gate
+ * or the legacy fused in (q, k, v, z grouped per key head). */
+typedef struct ssm_weights {
+    tview qkv, gate, beta, alpha, ba, in;
+    tview conv1d;               /* F32 [conv channels][kernel] */
+    tview dt_bias, a, norm, out;
+} ssm_weights;
 
 typedef struct layer_weights {
     tview attn_norm, wq, wk, wv, wo, q_norm, k_norm;
     tview ffn_norm;
     tview ffn_gate, ffn_up, ffn_down; /* dense FFN */
     tview ffn_gate_inp;               /* MoE router [n_embd -> n_expert] */
+    /* shared expert behind a sigmoid gate (qwen35moe, qwen3next): see moe_forward */
+    tview ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    /* hybrid models: a Gated DeltaNet layer instead of attention (wq doubles as query+gate) */
+    bool recurrent;
+    ssm_weights ssm;
 } layer_weights;
 
 typedef struct model_state model_state;
@@ -53,7 +75,15 @@ struct sluice_model {
     tokenizer *tok;
     tview tok_embd, output_norm, output;
     layer_weights *layers;
-    expert_store *experts; /* NULL for dense models */
+    expert_store *experts; /* NULL for dense models (and for plan-only loads) */
+    expert_layout layout;  /* where each routed expert lives in the file */
+    /* the memory plan (runtime/plan.h) the model was loaded with */
+    sluice_model_params params;
+    plan_model_facts facts;
+    plan_machine_facts machine;
+    plan_request request;
+    plan plan;
+    char *path;            /* the model file (streaming reads it); NULL for in-memory models */
     void **owned;          /* buffers the model allocated (converted norms) */
     int n_owned;
     int64_t n_params;
@@ -67,6 +97,9 @@ struct arch_desc {
     model_state *(*state_new)(const sluice_model *m, int n_ctx, int n_batch);
     void (*state_free)(model_state *st);
     void (*state_reset)(model_state *st);
+    /* the part of state_bytes that does not grow with n_ctx (recurrent and conv state of
+     * linear-attention layers); NULL when there is none */
+    uint64_t (*recurrent_bytes)(const sluice_model *m);
     /* Evaluate tokens[0..n) at positions pos0..pos0+n-1 (n <= n_batch). logits receives
      * [n][n_vocab] when all_logits, else the last position's [n_vocab]; NULL skips the output
      * head (a prompt chunk before the last). 0 or -1. */
@@ -90,6 +123,9 @@ bool ld_float(sluice_model *m, const char *suffix, float *out, bool required, ch
  * converted to F32 when stored otherwise. */
 bool ld_tensor(sluice_model *m, tview *out, bool required, int64_t ne0, int64_t ne1, int64_t ne2,
                char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+/* Find the routed experts (plain stacked tensors or an expert-major store) and check their
+ * shapes against the hyper-parameters. every_layer: each layer must have experts. */
+bool ld_experts(sluice_model *m, bool every_layer, char *err, size_t n);
 /* Keep a buffer alive as long as the model. */
 bool ld_own(sluice_model *m, void *p);
 /* Attention hyper-parameters of llama-style files, with llama.cpp's defaults. */

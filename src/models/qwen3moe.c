@@ -23,18 +23,15 @@ static int qwen3moe_load(sluice_model *m, char *err, size_t n) {
     hp->norm_topk = true;
     if (!load_io_tensors(m, err, n)) return -1;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    expert_layer_tensors *ex = calloc((size_t)hp->n_layer, sizeof *ex);
-    if (!m->layers || !ex) {
-        free(ex);
+    if (!m->layers) {
         snprintf(err, n, "out of memory");
         return -1;
     }
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim_k,
                   K = (int64_t)hp->n_head_kv * hp->head_dim_k,
                   V = (int64_t)hp->n_head_kv * hp->head_dim_v,
-                  O = (int64_t)hp->n_head * hp->head_dim_v, X = hp->n_expert, F = hp->n_ff_exp;
-    int rc = 0;
-    for (int il = 0; il < hp->n_layer && rc == 0; il++) {
+                  O = (int64_t)hp->n_head * hp->head_dim_v, X = hp->n_expert;
+    for (int il = 0; il < hp->n_layer; il++) {
         layer_weights *L = &m->layers[il];
         if (!ld_tensor(m, &L->attn_norm, true, E, -1, -1, err, n, "blk.%d.attn_norm.weight", il) ||
             !ld_tensor(m, &L->wq, true, E, Q, -1, err, n, "blk.%d.attn_q.weight", il) ||
@@ -47,21 +44,12 @@ static int qwen3moe_load(sluice_model *m, char *err, size_t n) {
                        "blk.%d.attn_k_norm.weight", il) ||
             !ld_tensor(m, &L->ffn_norm, true, E, -1, -1, err, n, "blk.%d.ffn_norm.weight", il) ||
             !ld_tensor(m, &L->ffn_gate_inp, true, E, X, -1, err, n, "blk.%d.ffn_gate_inp.weight",
-                       il) ||
-            !ld_tensor(m, &ex[il].gate, true, E, F, X, err, n, "blk.%d.ffn_gate_exps.weight", il) ||
-            !ld_tensor(m, &ex[il].up, true, E, F, X, err, n, "blk.%d.ffn_up_exps.weight", il) ||
-            !ld_tensor(m, &ex[il].down, true, F, E, X, err, n, "blk.%d.ffn_down_exps.weight", il))
-            rc = -1;
+                       il))
+            return -1;
     }
-    if (rc == 0) {
-        m->experts = expert_store_resident_new(ex, hp->n_layer, hp->n_expert);
-        if (!m->experts) {
-            snprintf(err, n, "out of memory");
-            rc = -1;
-        }
-    }
-    free(ex);
-    return rc;
+    /* the routed experts are bound through the expert store (created by the engine once the
+     * memory plan is known) */
+    return ld_experts(m, true, err, n) ? 0 : -1;
 }
 
 const arch_desc arch_qwen3moe = {

@@ -11,6 +11,7 @@
 #define SLUICE_EXPERTS_H
 
 #include "backends/backend.h"
+#include "formats/store.h"
 #include "sluice.h"
 
 typedef struct expert_views {
@@ -26,6 +27,10 @@ typedef struct expert_store_ops {
     /* 0, or -1 with sluice_last_error() set (I/O failure of a streaming store). */
     int (*acquire)(expert_store *s, int layer, int expert, expert_views *out);
     void (*release)(expert_store *s, int layer, int expert);
+    /* Start reading experts that will be acquired soon (may be NULL: nothing to do). demand:
+     * they are needed by the layer being computed and are protected from eviction until
+     * acquired and released; otherwise a speculative hint that evicts nothing in demand. */
+    void (*prefetch)(expert_store *s, int layer, const int32_t *experts, int n, bool demand);
     void (*free)(expert_store *s);
 } expert_store_ops;
 
@@ -33,23 +38,40 @@ struct expert_store {
     const expert_store_ops *ops;
     int n_layer;
     int n_expert;
+    bool streaming; /* reads from storage: worth prefetching */
     sluice_expert_stats stats;
 };
 
-/* Per-layer stacked expert tensors as found in a GGUF: ne = [in, out, n_expert]. */
-typedef struct expert_layer_tensors {
-    tview gate, up, down;
-} expert_layer_tensors;
+/* A 2-D view of one expert's part whose bytes are at data. */
+tview expert_part_view(const expert_part *p, const void *data);
 
-/* Views into the mapped file. layers[i] may have absent tensors (dense layers). */
-expert_store *expert_store_resident_new(const expert_layer_tensors *layers, int n_layer,
-                                        int n_expert);
+/* Views into the mapped file (base = the file's first byte). */
+expert_store *expert_store_resident_new(const expert_layout *layout, const uint8_t *base);
+
+typedef struct stream_params {
+    const char *path;
+    const expert_layout *layout; /* must outlive the store */
+    uint64_t cache_bytes;        /* slot pool size (a hard ceiling) */
+    int io_mode;                 /* enum io_mode */
+    int io_depth;
+    bool verify_reads;           /* CRC-check each record read (expert-major stores) */
+} stream_params;
+
+/* Bytes of one cache slot for this layout (the largest expert plus alignment slack). */
+uint64_t expert_slot_bytes(const expert_layout *layout);
+
+/* Experts read from storage into a slot pool of cache_bytes. NULL with err on failure. */
+expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t err_len);
 
 static inline int expert_acquire(expert_store *s, int layer, int expert, expert_views *out) {
     return s->ops->acquire(s, layer, expert, out);
 }
 static inline void expert_release(expert_store *s, int layer, int expert) {
     s->ops->release(s, layer, expert);
+}
+static inline void expert_prefetch(expert_store *s, int layer, const int32_t *experts, int n,
+                                   bool demand) {
+    if (s->ops->prefetch) s->ops->prefetch(s, layer, experts, n, demand);
 }
 static inline void expert_store_free(expert_store *s) {
     if (s) s->ops->free(s);

@@ -1,10 +1,130 @@
-/* Kernel selection. The scalar references live with the codecs; vectorized versions are
- * registered here per instruction set. */
+/* Kernel selection: cpuid + xgetbv decide the best instruction-set level once; each level's
+ * table starts as a copy of the level below and its translation unit overrides what it
+ * implements, so a missing kernel always falls back to a slower but identical one. */
 #include "backends/cpu/kernels.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static kernel_set sets[KERNEL_ISA_COUNT];
+static kernel_isa best_isa = KERNEL_ISA_SCALAR;
+static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
+static bool amx_ok;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* AMX tile data is off by default for a process: ask the kernel (Linux >= 5.16) for it. */
+static bool request_amx(void) {
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+static void detect(void) {
+    uint32_t a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx || !f16c) return;
+    uint64_t xcr0 = xgetbv0();
+    if ((xcr0 & 0x6) != 0x6) return; /* the OS saves XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    bool avx2 = b & (1u << 5);
+    if (!avx2) return;
+    best_isa = KERNEL_ISA_AVX2;
+    bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+    bool vnni = c & (1u << 11);
+    if (f && dq && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0) best_isa = KERNEL_ISA_AVX512;
+    bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+    if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000) amx_ok = request_amx();
+}
+#else
+static void detect(void) {}
+#endif
+
+static void init(void) {
+    kernel_set *s = &sets[KERNEL_ISA_SCALAR];
+    for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
+        const quant_traits *qt = quant_traits_of(t);
+        if (!qt) continue;
+        s->dot[t] = qt->dot;
+        s->quantize[t] = qt->quantize;
+    }
+    detect();
+#if defined(__x86_64__)
+    sets[KERNEL_ISA_AVX2] = sets[KERNEL_ISA_SCALAR];
+    kernels_register_avx2(&sets[KERNEL_ISA_AVX2]);
+    sets[KERNEL_ISA_AVX512] = sets[KERNEL_ISA_AVX2];
+    kernels_register_avx512(&sets[KERNEL_ISA_AVX512]);
+#else
+    for (int l = 1; l < KERNEL_ISA_COUNT; l++) sets[l] = sets[0];
+#endif
+    cur_isa = best_isa;
+    const char *env = getenv("SLUICE_ISA");
+    if (env) {
+        for (int l = 0; l < KERNEL_ISA_COUNT; l++)
+            if (strcmp(env, kernel_isa_name((kernel_isa)l)) == 0 && l < (int)best_isa)
+                cur_isa = (kernel_isa)l;
+    }
+}
+
+static void ensure_init(void) { pthread_once(&init_once, init); }
+
+const char *kernel_isa_name(kernel_isa isa) {
+    switch (isa) {
+    case KERNEL_ISA_SCALAR: return "scalar";
+    case KERNEL_ISA_AVX2: return "avx2";
+    case KERNEL_ISA_AVX512: return "avx512";
+    default: return "?";
+    }
+}
+
+kernel_isa kernel_isa_best(void) {
+    ensure_init();
+    return best_isa;
+}
+
+kernel_isa kernel_isa_current(void) {
+    ensure_init();
+    return cur_isa;
+}
+
+kernel_isa kernel_isa_force(kernel_isa isa) {
+    ensure_init();
+    cur_isa = isa > best_isa ? best_isa : isa;
+    return cur_isa;
+}
+
+bool kernel_amx_usable(void) {
+    ensure_init();
+    return amx_ok;
+}
+
 kernel_dot_fn kernel_dot(uint32_t type) {
-    const quant_traits *qt = quant_traits_of(type);
-    return qt ? qt->dot : 0;
+    ensure_init();
+    return type < GGML_TYPE_COUNT ? sets[cur_isa].dot[type] : NULL;
+}
+
+quant_quantize_fn kernel_quantize(uint32_t act_type) {
+    ensure_init();
+    return act_type < GGML_TYPE_COUNT ? sets[cur_isa].quantize[act_type] : NULL;
+}
+
+kernel_tile_fn kernel_tile(uint32_t type) {
+    ensure_init();
+    return type < GGML_TYPE_COUNT ? sets[cur_isa].tile[type] : NULL;
 }
 
 float kernel_dot_f32(int64_t n, const float *a, const float *b) {

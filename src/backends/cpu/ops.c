@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/ops_ssm.h"
 #include "backends/cpu/threadpool.h"
 #include "formats/quant.h"
 
@@ -55,8 +56,9 @@ typedef struct mm_job {
     int out_stride;
     const uint8_t *act; /* activations encoded in act_type, n rows of act_row bytes */
     size_t act_row;
-    const quant_traits *at;
+    quant_quantize_fn encode;
     kernel_dot_fn dot;
+    kernel_tile_fn tile; /* NULL: loop over dots */
 } mm_job;
 
 static void mm_encode_task(void *ctx, int ith, int nth) {
@@ -64,27 +66,40 @@ static void mm_encode_task(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++)
-        j->at->quantize(j->x + t * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
+        j->encode(j->x + t * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
 }
 
-/* Rows are processed in blocks so that a block of weight rows stays in cache while every token
- * of the batch passes over it. */
+/* Cache blocking: a tile of MM_ROW_BLOCK weight rows x MM_TOK_BLOCK tokens. The rows of a tile
+ * are read from memory once and stay in L1/L2 while the tile's tokens pass over them; the
+ * tokens' activations (a few KiB each) stay in L2 across the row tiles. */
 #define MM_ROW_BLOCK 16
+#define MM_TOK_BLOCK 16
 
-static void mm_task(void *ctx, int ith, int nth) {
-    mm_job *j = ctx;
+static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
     const tview *w = j->w;
-    int64_t lo, hi;
-    split(w->ne[1], ith, nth, &lo, &hi);
     const uint8_t *wd = w->data;
     for (int64_t r0 = lo; r0 < hi; r0 += MM_ROW_BLOCK) {
         int64_t r1 = r0 + MM_ROW_BLOCK < hi ? r0 + MM_ROW_BLOCK : hi;
-        for (int t = 0; t < j->n; t++) {
-            const uint8_t *a = j->act + (size_t)t * j->act_row;
-            float *o = j->out + (size_t)t * j->out_stride;
-            for (int64_t r = r0; r < r1; r++) o[r] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
+        for (int t0 = 0; t0 < j->n; t0 += MM_TOK_BLOCK) {
+            int t1 = t0 + MM_TOK_BLOCK < j->n ? t0 + MM_TOK_BLOCK : j->n;
+            const uint8_t *a = j->act + (size_t)t0 * j->act_row;
+            float *o = j->out + (size_t)t0 * j->out_stride;
+            if (j->tile && t1 - t0 > 1) {
+                j->tile(w->ne[0], wd + r0 * w->row_bytes, w->row_bytes, (int)(r1 - r0), a,
+                        j->act_row, t1 - t0, o + r0, (size_t)j->out_stride);
+                continue;
+            }
+            for (int t = t0; t < t1; t++, a += j->act_row, o += j->out_stride)
+                for (int64_t r = r0; r < r1; r++) o[r] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
         }
     }
+}
+
+static void mm_task(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    int64_t lo, hi;
+    split(j->w->ne[1], ith, nth, &lo, &hi);
+    mm_rows(j, lo, hi);
 }
 
 static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float *out,
@@ -92,7 +107,8 @@ static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float 
     cpu_backend *c = (cpu_backend *)b;
     const quant_traits *qt = quant_traits_of(w->type);
     mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride,
-                .at = quant_traits_of(qt->act_type), .dot = kernel_dot(w->type)};
+                .encode = kernel_quantize(qt->act_type), .dot = kernel_dot(w->type),
+                .tile = kernel_tile(w->type)};
     if (qt->act_type == GGML_TYPE_F32) {
         j.act = (const uint8_t *)x; /* no encoding needed */
         j.act_row = (size_t)w->ne[0] * sizeof(float);
@@ -231,6 +247,11 @@ static const backend_ops cpu_ops = {
     .attention = cpu_attention,
     .add = cpu_add,
     .swiglu = cpu_swiglu,
+    .l2norm = cpu_l2norm,
+    .conv1d_silu = cpu_conv1d_silu,
+    .gated_delta = cpu_gated_delta,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .gdn_gates = cpu_gdn_gates,
 };
 
 backend *backend_cpu_new(int n_threads) {
@@ -246,6 +267,8 @@ backend *backend_cpu_new(int n_threads) {
     c->base.n_threads = threadpool_size(c->pool);
     return &c->base;
 }
+
+void *cpu_backend_scratch(backend *b, size_t bytes) { return scratch((cpu_backend *)b, bytes); }
 
 void backend_cpu_parallel(backend *b, backend_task_fn fn, void *ctx) {
     threadpool_run(((cpu_backend *)b)->pool, fn, ctx);

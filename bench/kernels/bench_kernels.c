@@ -1,0 +1,228 @@
+/* Kernel micro-benchmark (not a test: timings are never unit tests).
+ *
+ *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
+ *                 [--reps R] [--toks K]
+ *
+ * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
+ * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
+ * activation row (decode) through the CPU backend's matmul on T threads; reports GB/s of weight
+ * bytes, and the ratio to the measured memory read bandwidth (an AVX2 sum over the same big
+ * buffer). With --toks K > 1 it also reports the K-token tile path (prefill) in GOP/s.
+ * The best of R repetitions is reported (the machine may be shared). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/kernels.h"
+#include "formats/quant.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)rs;
+}
+
+/* Random bytes with sane scale fields: every block's f16 fields set to small values. */
+static void fill_weights(uint32_t type, uint8_t *w, size_t bytes, int64_t row_elems) {
+    const quant_traits *t = quant_traits_of(type);
+    for (size_t i = 0; i + 4 <= bytes; i += 4) {
+        uint32_t v = rnd();
+        memcpy(w + i, &v, 4);
+    }
+    if (!t->is_quantized) {
+        /* float rows: encode moderate values */
+        float x[256];
+        size_t eb = t->block_bytes;
+        for (size_t off = 0; off + 256 * eb <= bytes; off += 256 * eb) {
+            for (int k = 0; k < 256; k++) x[k] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+            t->quantize(x, w + off, 256);
+        }
+        return;
+    }
+    /* a quick way to get valid scales: encode one random block and stamp its scale bytes; the
+     * quants stay random, which is all a kernel's speed depends on */
+    float x[QK_K];
+    uint8_t blk[512];
+    for (int k = 0; k < QK_K; k++) x[k] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    if (type >= GGML_TYPE_IQ2_XXS && type != GGML_TYPE_IQ4_NL && type != GGML_TYPE_IQ4_XS &&
+        type != GGML_TYPE_MXFP4) {
+        for (size_t off = 0; off + t->block_bytes <= bytes; off += t->block_bytes) {
+            uint16_t h = 0x2000;
+            memcpy(w + off, &h, 2);
+        }
+        return;
+    }
+    t->quantize(x, blk, t->block_elems);
+    (void)row_elems;
+    for (size_t off = 0; off + t->block_bytes <= bytes; off += t->block_bytes) {
+        /* the scale fields sit at the block's start or end depending on type; copying the
+         * first and last 16 bytes of a valid block covers every layout's scales */
+        size_t nb = t->block_bytes;
+        size_t head = nb < 16 ? 2 : 16;
+        memcpy(w + off, blk, head);
+        if (nb > 32) memcpy(w + off + nb - 16, blk + nb - 16, 16);
+    }
+}
+
+static double mem_bandwidth(const uint8_t *buf, size_t bytes, int reps) {
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        uint64_t acc = 0;
+        const uint64_t *p = (const uint64_t *)buf;
+        size_t n = bytes / 8;
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (size_t i = 0; i + 4 <= n; i += 4) {
+            a0 += p[i];
+            a1 += p[i + 1];
+            a2 += p[i + 2];
+            a3 += p[i + 3];
+        }
+        acc = a0 + a1 + a2 + a3;
+        double dt = now() - t0;
+        if (acc == 42) printf(" ");
+        double gbs = (double)bytes / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink[64];
+} bw_job;
+
+static void bw_task(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    size_t per = j->bytes / (size_t)nth / 64 * 64;
+    const uint64_t *p = (const uint64_t *)(j->buf + per * (size_t)ith);
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i + 4 <= per / 8; i += 4) {
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
+    }
+    j->sink[ith * 8] = a0 + a1 + a2 + a3;
+}
+
+static double mem_bandwidth_mt(backend *be, const uint8_t *buf, size_t bytes, int reps) {
+    double best = 0;
+    bw_job j = {buf, bytes, {0}};
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        backend_cpu_parallel(be, bw_task, &j);
+        double gbs = (double)bytes / (now() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    size_t mb = 1024;
+    int threads = 2, reps = 5, toks = 0;
+    const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--toks") && i + 1 < argc) toks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *name = argv[++i];
+            for (int l = 0; l < KERNEL_ISA_COUNT; l++)
+                if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
+        } else {
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K]\n", argv[0]);
+            return 2;
+        }
+    }
+    backend *be = backend_cpu_new(threads);
+    const int64_t K = 2048; /* row length: the 30B-A3B hidden size */
+    size_t big = mb << 20;
+    uint8_t *buf = aligned_alloc(4096, big);
+    if (!buf) return 1;
+    for (size_t i = 0; i < big; i += 4096) buf[i] = (uint8_t)i; /* fault the pages in */
+    memset(buf, 1, big);
+    double bw1 = mem_bandwidth(buf, big, reps), bwn = mem_bandwidth_mt(be, buf, big, reps);
+    printf("isa %s, threads %d, matrix %zu MiB, row %lld values\n", kernel_isa_name(kernel_isa_current()),
+           threads, mb, (long long)K);
+    printf("memory read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n", bw1, bwn, threads);
+    printf("%-8s %10s %10s %8s %12s", "type", "mem GB/s", "vs bw", "L2 GB/s", "");
+    if (toks > 1) printf(" %10s", "tile GOP/s");
+    printf("\n");
+    float *x = malloc(sizeof(float) * (size_t)K * (size_t)(toks > 1 ? toks : 1));
+    for (int64_t i = 0; i < K * (toks > 1 ? toks : 1); i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    char list[512];
+    snprintf(list, sizeof list, "%s", types_arg);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int type = quant_type_from_name(tok);
+        if (type < 0 || !quant_has_codec((uint32_t)type)) {
+            printf("%-8s (no codec)\n", tok);
+            continue;
+        }
+        size_t row = quant_row_bytes((uint32_t)type, K);
+        int64_t rows = (int64_t)(big / row);
+        fill_weights((uint32_t)type, buf, rows * row, K);
+        float *out = malloc(sizeof(float) * (size_t)rows * (size_t)(toks > 1 ? toks : 1));
+        tview w = {.type = (uint32_t)type, .ne = {K, rows, 1, 1}, .row_bytes = row,
+                   .mat_bytes = row * (size_t)rows, .data = buf, .name = "bench"};
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = now();
+            be_matmul(be, &w, x, 1, out);
+            double dt = now() - t0;
+            if (dt < best) best = dt;
+        }
+        double gbs = (double)(rows * row) / best / 1e9;
+        /* cache resident: 2 MiB of the same rows, many passes */
+        int64_t rows_small = (int64_t)((2u << 20) / row);
+        tview ws = w;
+        ws.ne[1] = rows_small;
+        ws.mat_bytes = row * (size_t)rows_small;
+        double best_s = 1e30;
+        for (int r = 0; r < reps * 20; r++) {
+            double t0 = now();
+            be_matmul(be, &ws, x, 1, out);
+            double dt = now() - t0;
+            if (dt < best_s) best_s = dt;
+        }
+        double gbs_s = (double)(rows_small * row) / best_s / 1e9;
+        printf("%-8s %10.2f %9.0f%% %8.2f %12s", tok, gbs, 100.0 * gbs / bwn, gbs_s, "");
+        if (toks > 1) {
+            /* prefill-like: 64 MiB of rows x toks tokens */
+            int64_t rows_t = (int64_t)((64u << 20) / row);
+            if (rows_t > rows) rows_t = rows;
+            tview wt = w;
+            wt.ne[1] = rows_t;
+            wt.mat_bytes = row * (size_t)rows_t;
+            double best_t = 1e30;
+            for (int r = 0; r < (reps < 3 ? reps : 3); r++) {
+                double t0 = now();
+                be_matmul(be, &wt, x, toks, out);
+                double dt = now() - t0;
+                if (dt < best_t) best_t = dt;
+            }
+            printf(" %10.1f", 2.0 * (double)K * (double)rows_t * toks / best_t / 1e9);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(out);
+    }
+    free(x);
+    free(buf);
+    be_free(be);
+    return 0;
+}

@@ -1,0 +1,253 @@
+/* CPU backend: linear-attention operations (Gated DeltaNet) and the small gates around them.
+ *
+ * Determinism as in ops.c: work is split by output (conv channels, value heads), each output is
+ * computed by one thread in a fixed order, so the thread count never changes a bit. The
+ * recurrence also walks tokens strictly in order with the state kept in float between calls,
+ * which is why feeding a sequence in one call, in pieces, or token by token gives the same bits.
+ * The chunked form reorders the arithmetic (matrix products over a chunk) and therefore agrees
+ * with the recurrence only to rounding; it is selected explicitly (gdn_params.chunk > 0). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/ops_ssm.h"
+
+/* Contiguous share [*lo, *hi) of n items for thread ith of nth (as in ops.c). */
+static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = n / nth, extra = n % nth;
+    *lo = ith * per + (ith < extra ? ith : extra);
+    *hi = *lo + per + (ith < extra ? 1 : 0);
+}
+
+/* The float recipes of ggml's unary ops, so that gates round as in llama.cpp. */
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
+static inline float softplusf_(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* ---- l2norm ------------------------------------------------------------------------------- */
+
+/* ggml_l2_norm: squares summed in double, eps is a floor on the norm (not a term under the
+ * root), the reciprocal taken in float. */
+void cpu_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
+    (void)b;
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *yr = y + (size_t)r * dim;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
+        const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+        for (int i = 0; i < dim; i++) yr[i] = xr[i] * scale;
+    }
+}
+
+/* ---- causal conv1d + SiLU ----------------------------------------------------------------- */
+
+typedef struct conv_job {
+    const float *x, *w;
+    float *state, *y;
+    int n, channels, kernel;
+} conv_job;
+
+static void conv_task(void *ctx, int ith, int nth) {
+    const conv_job *j = ctx;
+    const int C = j->channels, K = j->kernel;
+    int64_t lo, hi;
+    split_range(C, ith, nth, &lo, &hi);
+    float win[CPU_CONV_MAX_KERNEL];
+    for (int64_t c = lo; c < hi; c++) {
+        const float *wc = j->w + (size_t)c * K;
+        /* win holds xp[t .. t+K-1] for this channel: the K-1 previous raw inputs, then x[t] */
+        for (int i = 0; i < K - 1; i++) win[i] = j->state[(size_t)i * C + c];
+        for (int t = 0; t < j->n; t++) {
+            win[K - 1] = j->x[(size_t)t * C + c];
+            float acc = 0.0f; /* taps in order, as ggml_ssm_conv */
+            for (int i = 0; i < K; i++) acc += wc[i] * win[i];
+            j->y[(size_t)t * C + c] = siluf_(acc);
+            for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+        }
+        for (int i = 0; i < K - 1; i++) j->state[(size_t)i * C + c] = win[i];
+    }
+}
+
+void cpu_conv1d_silu(backend *b, const float *x, int n, int channels, const float *w, int kernel,
+                     float *state, float *y) {
+    if (kernel < 1 || kernel > CPU_CONV_MAX_KERNEL) abort(); /* loaders validate the kernel */
+    conv_job j = {.x = x, .w = w, .state = state, .y = y, .n = n, .channels = channels,
+                  .kernel = kernel};
+    backend_cpu_parallel(b, conv_task, &j);
+}
+
+/* ---- gated delta rule ----------------------------------------------------------------------- */
+
+typedef struct gdn_job {
+    const float *q, *k, *v, *g, *beta;
+    float *state, *out;
+    gdn_params p;
+    float *scratch; /* per thread: stride floats */
+    size_t stride;
+} gdn_job;
+
+static int key_head(const gdn_params *p, int h) {
+    return p->kv_tiled ? h % p->n_k_head : h / (p->n_v_head / p->n_k_head);
+}
+
+/* y[i] += a * x[i] */
+static inline void axpy(int n, float a, const float *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* One value head, token by token. Each state row S[j] (one value dim) evolves on its own:
+ * decay, prediction m = S[j]·k, correction d = beta (v[j] - m), rank-1 update S[j] += d k,
+ * output S[j]·q; so one pass over the state per token. */
+static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
+    const gdn_params *p = &J->p;
+    const int Dk = p->d_k, Dv = p->d_v, Hk = p->n_k_head, Hv = p->n_v_head, kh = key_head(p, h);
+    float *S = J->state + (size_t)h * Dv * Dk;
+    for (int t = 0; t < p->n_tok; t++) {
+        const float *qt = J->q + ((size_t)t * Hk + kh) * Dk;
+        const float *kt = J->k + ((size_t)t * Hk + kh) * Dk;
+        const float *vt = J->v + ((size_t)t * Hv + h) * Dv;
+        float *ot = J->out + ((size_t)t * Hv + h) * Dv;
+        const float decay = expf(J->g[(size_t)t * Hv + h]), bt = J->beta[(size_t)t * Hv + h];
+        for (int i = 0; i < Dk; i++) qs[i] = qt[i] * p->q_scale; /* q is scaled first (ggml) */
+        for (int j = 0; j < Dv; j++) {
+            float *Sj = S + (size_t)j * Dk;
+            for (int i = 0; i < Dk; i++) Sj[i] *= decay;
+            const float d = (vt[j] - kernel_dot_f32(Dk, Sj, kt)) * bt;
+            axpy(Dk, d, kt, Sj);
+            ot[j] = kernel_dot_f32(Dk, Sj, qs);
+        }
+    }
+}
+
+/* Floats of per-thread scratch the chunked form needs. */
+static size_t gdn_chunk_floats(const gdn_params *p) {
+    const size_t C = (size_t)p->chunk, Dk = (size_t)p->d_k, Dv = (size_t)p->d_v;
+    /* G, eG | P | kb, qs, W, kd | U, Vnew */
+    return 2 * C + C * C + 4 * C * Dk + 2 * C * Dv;
+}
+
+/* One value head in chunks of C tokens (the WY representation). Within a chunk of c tokens,
+ * G = cumulative log decay, Gamma_ij = exp(G_i - G_j):
+ *   A = strictly_lower((beta k_i · k_j) Gamma_ij);   (I + A) U = beta v,  (I + A) W = beta k exp(G)
+ *   (A is consumed row by row by the forward substitution, never stored)
+ *   P = lower_with_diag((q_i · k_j) Gamma_ij);       Vnew = U - W S
+ *   O_i = exp(G_i) (q_i S) + sum_{j<=i} P_ij Vnew_j
+ *   S <- exp(G_c-1) S + sum_j exp(G_c-1 - G_j) k_j Vnew_j^T
+ * with S as [value][key] rows, so W S and q S are dot products along the key dimension. */
+static void gdn_head_chunked(const gdn_job *J, int h, float *ws) {
+    const gdn_params *p = &J->p;
+    const int Dk = p->d_k, Dv = p->d_v, Hk = p->n_k_head, Hv = p->n_v_head, kh = key_head(p, h);
+    const int C = p->chunk;
+    float *G = ws, *eG = G + C, *P = eG + C, *kb = P + (size_t)C * C;
+    float *qs = kb + (size_t)C * Dk, *W = qs + (size_t)C * Dk, *kd = W + (size_t)C * Dk;
+    float *U = kd + (size_t)C * Dk, *Vn = U + (size_t)C * Dv;
+    float *S = J->state + (size_t)h * Dv * Dk;
+#define KROW(t) (J->k + ((size_t)(t) * Hk + kh) * Dk)
+    for (int c0 = 0; c0 < p->n_tok; c0 += C) {
+        const int nc = p->n_tok - c0 < C ? p->n_tok - c0 : C;
+        float acc = 0.0f;
+        for (int i = 0; i < nc; i++) {
+            acc += J->g[(size_t)(c0 + i) * Hv + h];
+            G[i] = acc;
+            eG[i] = expf(acc);
+        }
+        for (int i = 0; i < nc; i++) {
+            const int t = c0 + i;
+            const float bt = J->beta[(size_t)t * Hv + h];
+            const float *kt = KROW(t), *qt = J->q + ((size_t)t * Hk + kh) * Dk;
+            const float *vt = J->v + ((size_t)t * Hv + h) * Dv;
+            float *kbi = kb + (size_t)i * Dk, *qsi = qs + (size_t)i * Dk;
+            for (int r = 0; r < Dk; r++) {
+                kbi[r] = kt[r] * bt;
+                qsi[r] = qt[r] * p->q_scale;
+            }
+            /* forward substitution: row i of U and W from the rows before it */
+            float *Ui = U + (size_t)i * Dv, *Wi = W + (size_t)i * Dk;
+            for (int c = 0; c < Dv; c++) Ui[c] = vt[c] * bt;
+            for (int r = 0; r < Dk; r++) Wi[r] = kbi[r] * eG[i];
+            for (int j = 0; j < i; j++) {
+                const float a = kernel_dot_f32(Dk, kbi, KROW(c0 + j)) * expf(G[i] - G[j]);
+                axpy(Dv, -a, U + (size_t)j * Dv, Ui);
+                axpy(Dk, -a, W + (size_t)j * Dk, Wi);
+            }
+            for (int j = 0; j <= i; j++)
+                P[(size_t)i * C + j] = kernel_dot_f32(Dk, qsi, KROW(c0 + j)) * expf(G[i] - G[j]);
+        }
+        /* Vnew and the output, both against the state at the start of the chunk */
+        for (int i = 0; i < nc; i++) {
+            float *Vi = Vn + (size_t)i * Dv;
+            const float *Ui = U + (size_t)i * Dv, *Wi = W + (size_t)i * Dk;
+            for (int c = 0; c < Dv; c++) Vi[c] = Ui[c] - kernel_dot_f32(Dk, S + (size_t)c * Dk, Wi);
+        }
+        for (int i = 0; i < nc; i++) {
+            float *o = J->out + ((size_t)(c0 + i) * Hv + h) * Dv;
+            const float *qsi = qs + (size_t)i * Dk;
+            for (int c = 0; c < Dv; c++) o[c] = eG[i] * kernel_dot_f32(Dk, S + (size_t)c * Dk, qsi);
+            for (int j = 0; j <= i; j++) axpy(Dv, P[(size_t)i * C + j], Vn + (size_t)j * Dv, o);
+        }
+        /* carry the state over the chunk */
+        const float gl = G[nc - 1], el = eG[nc - 1];
+        for (int j = 0; j < nc; j++) {
+            const float *kt = KROW(c0 + j);
+            const float f = expf(gl - G[j]);
+            for (int r = 0; r < Dk; r++) kd[(size_t)j * Dk + r] = kt[r] * f;
+        }
+        for (int c = 0; c < Dv; c++) {
+            float *Sc = S + (size_t)c * Dk;
+            for (int r = 0; r < Dk; r++) Sc[r] *= el;
+            for (int j = 0; j < nc; j++) axpy(Dk, Vn[(size_t)j * Dv + c], kd + (size_t)j * Dk, Sc);
+        }
+    }
+#undef KROW
+}
+
+static void gdn_task(void *ctx, int ith, int nth) {
+    const gdn_job *J = ctx;
+    int64_t lo, hi;
+    split_range(J->p.n_v_head, ith, nth, &lo, &hi);
+    float *ws = J->scratch + (size_t)ith * J->stride;
+    for (int64_t h = lo; h < hi; h++) {
+        if (J->p.chunk > 0) gdn_head_chunked(J, (int)h, ws);
+        else gdn_head_recurrent(J, (int)h, ws);
+    }
+}
+
+void cpu_gated_delta(backend *b, const float *q, const float *k, const float *v, const float *g,
+                     const float *beta, float *state, const gdn_params *p, float *out) {
+    gdn_job J = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .state = state, .out = out,
+                 .p = *p};
+    /* per-thread scratch, rounded to 64 bytes so threads never share a cache line */
+    size_t floats = p->chunk > 0 ? gdn_chunk_floats(p) : (size_t)p->d_k;
+    J.stride = (floats + 15) / 16 * 16;
+    J.scratch = cpu_backend_scratch(b, J.stride * sizeof(float) * (size_t)b->n_threads);
+    backend_cpu_parallel(b, gdn_task, &J);
+}
+
+/* ---- gates -------------------------------------------------------------------------------- */
+
+void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim) {
+    (void)b;
+    for (int r = 0; r < n_rows; r++) {
+        float *xr = x + (size_t)r * dim;
+        const float *gr = g + (size_t)r * g_dim;
+        if (g_dim == 1) {
+            const float s = sigmoidf_(gr[0]);
+            for (int i = 0; i < dim; i++) xr[i] *= s;
+        } else {
+            for (int i = 0; i < dim; i++) xr[i] *= sigmoidf_(gr[i]);
+        }
+    }
+}
+
+void cpu_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
+                   int n, int n_head) {
+    (void)b;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_head; h++) {
+            const size_t i = (size_t)t * n_head + h;
+            beta[i] = sigmoidf_(beta[i]);
+            alpha[i] = softplusf_(alpha[i] + dt_bias[h]) * a[h];
+        }
+}

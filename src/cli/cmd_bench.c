@@ -1,0 +1,2 @@
+#include "cli/commands.h"
+int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return 2; }

@@ -1,0 +1,90 @@
+/* Memory-plan flags (see plan_opts.h). */
+#include "cli/plan_opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common.h"
+
+int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
+    const cli_opt group[] = {
+        {"--plan", NULL, OPT_FLAG, &po->plan, NULL, "print the memory plan and exit without running"},
+        {"--json", NULL, OPT_FLAG, &po->json, NULL, "with --plan: print the plan as JSON"},
+        {"--resident", NULL, OPT_FLAG, &po->resident, NULL, "keep every expert in memory (refused if it does not fit)"},
+        {"--stream", NULL, OPT_FLAG, &po->stream, NULL, "stream routed experts from storage through the expert cache"},
+        {"--cache", NULL, OPT_STR, &po->cache, "SIZE|Nx", "expert cache size: bytes with a unit (6G) or N experts (500x); implies --stream"},
+        {"--mem-budget", NULL, OPT_SIZE, &po->mem_budget, "SIZE", "memory the process may use (default: measured from the cgroup and MemAvailable)"},
+        {"--io", NULL, OPT_STR, &po->io, "direct|page", "expert reads with direct I/O (default) or through the page cache"},
+        {"--io-depth", NULL, OPT_INT, &po->io_depth, "N", "expert reads in flight (default 64)"},
+        {"--no-prefetch", NULL, OPT_FLAG, &po->no_prefetch, NULL, "no router-lookahead prefetch of the next layer's experts"},
+        {"--verify-reads", NULL, OPT_FLAG, &po->verify_reads, NULL, "check each expert record's CRC-32 as it is read (stores only)"},
+    };
+    const int k = (int)(sizeof group / sizeof group[0]);
+    if (n < 0 || n + k > cap) return -1;
+    for (int i = 0; i < k; i++) opts[n + i] = group[i];
+    return n + k;
+}
+
+bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_params *mp) {
+    if (po->resident && (po->stream || po->cache)) {
+        fprintf(stderr, "sluice %s: --resident cannot go with --stream or --cache\n", cmd);
+        return false;
+    }
+    if (po->json && !po->plan) {
+        fprintf(stderr, "sluice %s: --json goes with --plan\n", cmd);
+        return false;
+    }
+    mp->mode = po->resident ? SLUICE_MODE_RESIDENT
+               : po->stream || po->cache ? SLUICE_MODE_STREAM
+                                         : SLUICE_MODE_AUTO;
+    if (po->cache) {
+        size_t len = strlen(po->cache);
+        if (len > 1 && (po->cache[len - 1] == 'x' || po->cache[len - 1] == 'X')) {
+            char *end;
+            long v = strtol(po->cache, &end, 10);
+            if (end != po->cache + len - 1 || v <= 0 || v > (1L << 30)) {
+                fprintf(stderr, "sluice %s: invalid --cache '%s' (e.g. 6G or 500x)\n", cmd, po->cache);
+                return false;
+            }
+            mp->cache_experts = (int)v;
+        } else if (!cli_parse_size(po->cache, &mp->cache_bytes) || mp->cache_bytes == 0) {
+            fprintf(stderr, "sluice %s: invalid --cache '%s' (e.g. 6G or 500x)\n", cmd, po->cache);
+            return false;
+        }
+    }
+    mp->mem_budget = po->mem_budget;
+    if (po->io && strcmp(po->io, "direct") != 0 && strcmp(po->io, "page") != 0) {
+        fprintf(stderr, "sluice %s: --io must be direct or page\n", cmd);
+        return false;
+    }
+    mp->io = po->io && strcmp(po->io, "page") == 0 ? SLUICE_IO_PAGE : SLUICE_IO_DIRECT;
+    if (po->io_depth < 0 || po->io_depth > 1024) {
+        fprintf(stderr, "sluice %s: --io-depth must be between 1 and 1024\n", cmd);
+        return false;
+    }
+    mp->io_depth = po->io_depth;
+    mp->no_prefetch = po->no_prefetch;
+    mp->verify_reads = po->verify_reads;
+    return true;
+}
+
+int cli_print_plan(const char *cmd, const char *model_path, const sluice_model_params *mp,
+                   bool json) {
+    sluice_model_params p = *mp;
+    p.plan_only = true;
+    sluice_model *m = cli_load_model_params(cmd, model_path, &p);
+    if (!m) return 1;
+    int need = sluice_model_plan(m, json, NULL, 0);
+    char *buf = malloc((size_t)need + 1);
+    int rc = 1;
+    if (buf) {
+        sluice_model_plan(m, json, buf, (size_t)need + 1);
+        fputs(buf, stdout);
+        if (json) fputc('\n', stdout);
+        rc = sluice_model_plan_ok(m) ? 0 : 1;
+        free(buf);
+    }
+    sluice_model_free(m);
+    return rc;
+}

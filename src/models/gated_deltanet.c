@@ -1,0 +1,156 @@
+/* Gated DeltaNet (linear attention) layer of the hybrid models, per token t:
+ *
+ *   qkv_t = W_qkv x_t,  z_t = W_gate x_t,  b_t = W_beta x_t,  a_t = W_alpha x_t
+ *   u_t = silu(causal_conv1d(qkv)_t)            kernel taps over the last kernel-1 raw rows
+ *   q, k, v = split(u_t);  q, k L2-normalized per head (eps = rms eps, a floor on the norm)
+ *   beta = sigmoid(b_t),  g = softplus(a_t + dt_bias) * ssm_a     (ssm_a = -exp(A_log), stored)
+ *   o_t = gated delta rule(q / sqrt(d_k), k, v, g, beta)           (backend.h: gated_delta)
+ *   y_t = W_out (rmsnorm(o_t) * norm_w * silu(z_t))                per value head
+ *
+ * Order and placement of every step follow llama.cpp's qwen35moe/qwen3next graphs, which the
+ * fixtures were made with. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/quant.h"
+#include "models/hybrid.h"
+
+/* The conv taps are read element-wise by the backend: keep them as F32 whatever the file has. */
+static bool conv_to_f32(sluice_model *m, tview *t, char *err, size_t n) {
+    if (t->type == GGML_TYPE_F32) return true;
+    const quant_traits *qt = quant_traits_of(t->type);
+    float *f = malloc((size_t)t->ne[0] * (size_t)t->ne[1] * sizeof *f);
+    if (!f || !ld_own(m, f)) {
+        snprintf(err, n, "out of memory converting '%s'", t->name);
+        return false;
+    }
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        qt->dequantize((const uint8_t *)t->data + (size_t)r * t->row_bytes, f + r * t->ne[0],
+                       t->ne[0]);
+    t->type = GGML_TYPE_F32;
+    t->row_bytes = (size_t)t->ne[0] * sizeof(float);
+    t->mat_bytes = t->row_bytes * (size_t)t->ne[1];
+    t->data = f;
+    return true;
+}
+
+bool gdn_load_layer(sluice_model *m, int il, bool qwen3next, char *err, size_t n) {
+    const hparams *hp = &m->hp;
+    ssm_weights *S = &m->layers[il].ssm;
+    const int64_t E = hp->n_embd, KD = (int64_t)hp->ssm_n_k_head * hp->ssm_d_k,
+                  VD = (int64_t)hp->ssm_n_v_head * hp->ssm_d_v, CD = hybrid_conv_dim(hp),
+                  Hv = hp->ssm_n_v_head;
+    if (qwen3next) {
+        /* current converters write attn_qkv + attn_gate; older files the fused ssm_in */
+        if (!ld_tensor(m, &S->qkv, false, E, CD, -1, err, n, "blk.%d.attn_qkv.weight", il) ||
+            !ld_tensor(m, &S->gate, false, E, VD, -1, err, n, "blk.%d.attn_gate.weight", il))
+            return false;
+        if (!S->qkv.data || !S->gate.data) {
+            memset(&S->qkv, 0, sizeof S->qkv);
+            memset(&S->gate, 0, sizeof S->gate);
+            if (!ld_tensor(m, &S->in, true, E, 2 * KD + 2 * VD, -1, err, n,
+                           "blk.%d.ssm_in.weight", il))
+                return false;
+        }
+        if (!ld_tensor(m, &S->ba, true, E, 2 * Hv, -1, err, n, "blk.%d.ssm_ba.weight", il))
+            return false;
+    } else {
+        if (!ld_tensor(m, &S->qkv, true, E, CD, -1, err, n, "blk.%d.attn_qkv.weight", il) ||
+            !ld_tensor(m, &S->gate, true, E, VD, -1, err, n, "blk.%d.attn_gate.weight", il) ||
+            !ld_tensor(m, &S->beta, true, E, Hv, -1, err, n, "blk.%d.ssm_beta.weight", il) ||
+            !ld_tensor(m, &S->alpha, true, E, Hv, -1, err, n, "blk.%d.ssm_alpha.weight", il))
+            return false;
+    }
+    return ld_tensor(m, &S->conv1d, true, hp->ssm_kernel, CD, -1, err, n,
+                     "blk.%d.ssm_conv1d.weight", il) &&
+           conv_to_f32(m, &S->conv1d, err, n) &&
+           ld_tensor(m, &S->dt_bias, true, Hv, -1, -1, err, n, "blk.%d.ssm_dt.bias", il) &&
+           ld_tensor(m, &S->a, true, Hv, -1, -1, err, n, "blk.%d.ssm_a", il) &&
+           ld_tensor(m, &S->norm, true, hp->ssm_d_v, -1, -1, err, n, "blk.%d.ssm_norm.weight",
+                     il) &&
+           ld_tensor(m, &S->out, true, VD, E, -1, err, n, "blk.%d.ssm_out.weight", il);
+}
+
+/* qwen3next's legacy fused projection holds, per key head g, [q_g | k_g | v of its r value
+ * heads | z of them]; spread it into qkv = [all q | all k | all v] and z. */
+static void split_legacy_qkvz(const hparams *hp, const float *mix, int n, float *qkv, float *z) {
+    const int Dk = hp->ssm_d_k, Dv = hp->ssm_d_v, Hk = hp->ssm_n_k_head;
+    const int r = hp->ssm_n_v_head / Hk, KD = Hk * Dk, VD = hp->ssm_n_v_head * Dv;
+    const int CD = hybrid_conv_dim(hp), group = 2 * Dk + 2 * r * Dv;
+    const size_t F = sizeof(float);
+    for (int t = 0; t < n; t++) {
+        const float *src = mix + (size_t)t * (CD + VD);
+        float *dq = qkv + (size_t)t * CD, *dz = z + (size_t)t * VD;
+        for (int g = 0; g < Hk; g++) {
+            const float *s = src + (size_t)g * group;
+            memcpy(dq + (size_t)g * Dk, s, (size_t)Dk * F);
+            memcpy(dq + KD + (size_t)g * Dk, s + Dk, (size_t)Dk * F);
+            memcpy(dq + 2 * KD + (size_t)g * r * Dv, s + 2 * Dk, (size_t)r * Dv * F);
+            memcpy(dz + (size_t)g * r * Dv, s + 2 * Dk + r * Dv, (size_t)r * Dv * F);
+        }
+    }
+}
+
+/* qwen3next's fused ba holds, per key head g, [beta of its r value heads | alpha of them]. */
+static void split_ba(const hparams *hp, const float *ba, int n, float *beta, float *alpha) {
+    const int Hv = hp->ssm_n_v_head, r = Hv / hp->ssm_n_k_head;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Hv; h++) {
+            const int g = h / r, j = h % r;
+            beta[(size_t)t * Hv + h] = ba[(size_t)t * 2 * Hv + (size_t)g * 2 * r + j];
+            alpha[(size_t)t * Hv + h] = ba[(size_t)t * 2 * Hv + (size_t)g * 2 * r + r + j];
+        }
+}
+
+void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int il, int n) {
+    const hparams *hp = &m->hp;
+    const ssm_weights *S = &m->layers[il].ssm;
+    struct hybrid_state *H = st->hybrid;
+    const int Hk = hp->ssm_n_k_head, Hv = hp->ssm_n_v_head, Dk = hp->ssm_d_k, Dv = hp->ssm_d_v;
+    const int KD = Hk * Dk, VD = Hv * Dv, CD = hybrid_conv_dim(hp);
+    const int slot = H->slot[il];
+    float *conv_state = H->conv + (size_t)slot * H->conv_len;
+    float *ssm_state = H->ssm + (size_t)slot * H->ssm_len;
+
+    /* input projections */
+    if (S->in.data) {
+        be_matmul(be, &S->in, st->cur, n, H->mix);
+        split_legacy_qkvz(hp, H->mix, n, H->qkv, H->z);
+    } else {
+        be_matmul(be, &S->qkv, st->cur, n, H->qkv);
+        be_matmul(be, &S->gate, st->cur, n, H->z);
+    }
+    if (S->ba.data) {
+        be_matmul(be, &S->ba, st->cur, n, H->ba);
+        split_ba(hp, H->ba, n, H->beta, H->alpha);
+    } else {
+        be_matmul(be, &S->beta, st->cur, n, H->beta);
+        be_matmul(be, &S->alpha, st->cur, n, H->alpha);
+    }
+    be_gdn_gates(be, H->beta, H->alpha, S->dt_bias.data, S->a.data, n, Hv);
+
+    /* short causal convolution over q|k|v, then per-head q/k normalization */
+    be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);
+    const size_t F = sizeof(float);
+    for (int t = 0; t < n; t++) {
+        const float *u = H->conv_out + (size_t)t * CD;
+        memcpy(H->lq + (size_t)t * KD, u, (size_t)KD * F);
+        memcpy(H->lk + (size_t)t * KD, u + KD, (size_t)KD * F);
+        memcpy(H->lv + (size_t)t * VD, u + 2 * KD, (size_t)VD * F);
+    }
+    be_l2norm(be, H->lq, n * Hk, Dk, hp->rms_eps, H->lq);
+    be_l2norm(be, H->lk, n * Hk, Dk, hp->rms_eps, H->lk);
+
+    /* the delta rule; one token is always the recurrence */
+    gdn_params p = {.n_tok = n, .n_k_head = Hk, .n_v_head = Hv, .d_k = Dk, .d_v = Dv,
+                    .kv_tiled = hp->ssm_kv_tiled, .q_scale = 1.0f / sqrtf((float)Dk),
+                    .chunk = n > 1 ? H->gdn_chunk : 0};
+    be_gated_delta(be, H->lq, H->lk, H->lv, H->alpha, H->beta, ssm_state, &p, H->out);
+
+    /* gated RMSNorm per value head: norm_w * rmsnorm(o) * silu(z), then the output projection */
+    be_rmsnorm(be, H->out, &S->norm, n * Hv, Dv, hp->rms_eps, H->out);
+    be_swiglu(be, H->z, H->out, (size_t)n * VD);
+    be_matmul(be, &S->out, H->z, n, st->tmp);
+}

@@ -1,0 +1,37 @@
+/* Expert cache eviction policies, shared by the real expert cache (runtime/experts_stream.c)
+ * and the cache simulator, so the simulator replays exactly what the engine does.
+ *
+ * Keys identify experts (layer * n_expert + expert). The policy keeps a score per key across
+ * evictions (an expert evicted and read again keeps its history) and orders eviction
+ * candidates: lower score goes first, ties go to the least recently used.
+ *
+ *   LRU      score = time of last use
+ *   LFU      score = number of uses
+ *   ENGINE   decayed hotness: h <- h * 2^(-dt / half_life) + 1 at each use, dt in uses of any
+ *            expert since its last use; compared at the current time, i.e. hot and recent
+ *            experts stay. half_life defaults to the number of cache slots. */
+#ifndef SLUICE_CACHE_POLICY_H
+#define SLUICE_CACHE_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum cache_policy_kind {
+    CACHE_POLICY_LRU = 0,
+    CACHE_POLICY_LFU = 1,
+    CACHE_POLICY_ENGINE = 2,
+} cache_policy_kind;
+
+typedef struct cache_policy cache_policy;
+
+/* n_keys: number of distinct experts; half_life: for ENGINE (uses), 0 = default. */
+cache_policy *cache_policy_new(cache_policy_kind kind, int n_keys, double half_life);
+void cache_policy_free(cache_policy *p);
+const char *cache_policy_name(cache_policy_kind kind);
+
+/* Record one use of key (advances the policy's clock). */
+void cache_policy_touch(cache_policy *p, int key);
+/* True when key a should be evicted before key b. */
+bool cache_policy_prefer_evict(const cache_policy *p, int a, int b);
+
+#endif

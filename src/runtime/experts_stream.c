@@ -1,0 +1,329 @@
+/* Streaming expert store: experts are read from the model file into a fixed pool of slots.
+ *
+ * Slot states: EMPTY, LOADING (reads in flight), READY. A slot is pinned while acquired, and
+ * protected while its expert is in the demand set of the layer being computed; neither kind is
+ * evicted. Victims are chosen among the rest by decayed hotness, then recency (the engine's
+ * policy, shared with the cache simulator: runtime/cache_policy.h).
+ *
+ * All bookkeeping happens on the compute thread; the I/O engine moves bytes asynchronously, so
+ * reads for later experts proceed while earlier ones are multiplied. Which slot holds an expert
+ * never changes its bytes, so results are identical to the resident store's. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <zlib.h>
+
+#include "engine/error.h"
+#include "runtime/cache_policy.h"
+#include "runtime/experts.h"
+#include "runtime/io.h"
+
+enum slot_state { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY };
+
+typedef struct slot {
+    int layer, expert;     /* owner, -1 when empty */
+    int state;
+    int pins;
+    uint64_t protect_tick; /* protected while equal to the store's demand tick */
+    bool speculative;      /* loaded by a hint, not yet used */
+    io_req req[EXPERT_PARTS];
+    int n_req;
+    const uint8_t *part_data[EXPERT_PARTS];
+} slot;
+
+typedef struct stream_store {
+    expert_store base;
+    const expert_layout *layout;
+    io_engine *io;
+    bool verify;
+    uint8_t *pool;
+    uint64_t slot_bytes;
+    int n_slots;
+    slot *slots;
+    int32_t *where;       /* [layer][expert] -> slot or -1 */
+    int *crc_index;       /* [layer] -> index of the layer's first record CRC, or -1 */
+    cache_policy *policy; /* eviction order */
+    uint64_t demand_tick;
+} stream_store;
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+uint64_t expert_slot_bytes(const expert_layout *l) {
+    uint64_t best = 0;
+    for (int i = 0; i < l->n_layer; i++) {
+        const expert_layer_layout *L = &l->layers[i];
+        if (!L->present) continue;
+        uint64_t b = 0;
+        if (l->packed) b = round_up(L->record_stride, IO_ALIGN);
+        else
+            for (int p = 0; p < EXPERT_PARTS; p++)
+                b += round_up(L->part[p].bytes, IO_ALIGN) + IO_ALIGN;
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+static slot *slot_of(stream_store *s, int layer, int expert) {
+    int32_t i = s->where[(size_t)layer * s->base.n_expert + expert];
+    return i < 0 ? NULL : &s->slots[i];
+}
+
+/* Start the reads that fill slot i with (layer, expert). */
+static int start_load(stream_store *s, int i, int layer, int expert) {
+    slot *sl = &s->slots[i];
+    const expert_layer_layout *L = &s->layout->layers[layer];
+    uint8_t *dst = s->pool + (uint64_t)i * s->slot_bytes;
+    sl->layer = layer;
+    sl->expert = expert;
+    sl->state = SLOT_LOADING;
+    s->where[(size_t)layer * s->base.n_expert + expert] = i;
+    if (s->layout->packed) {
+        /* one record: gate|up|down, already aligned */
+        uint64_t off = L->record_offset + (uint64_t)expert * L->record_stride;
+        sl->req[0] = (io_req){.offset = off, .len = L->record_stride, .need = L->record_bytes,
+                              .buf = dst};
+        sl->n_req = 1;
+        for (int p = 0; p < EXPERT_PARTS; p++)
+            sl->part_data[p] = dst + (L->part[p].offset - L->record_offset);
+    } else {
+        /* three slices of the stacked tensors, each widened to aligned bounds */
+        sl->n_req = EXPERT_PARTS;
+        uint64_t cursor = 0;
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            uint64_t off = expert_part_offset(&L->part[p], expert);
+            uint64_t start = off / IO_ALIGN * IO_ALIGN, head = off - start;
+            uint64_t len = round_up(head + L->part[p].bytes, IO_ALIGN);
+            sl->req[p] = (io_req){.offset = start, .len = len, .need = head + L->part[p].bytes,
+                                  .buf = dst + cursor};
+            sl->part_data[p] = dst + cursor + head;
+            cursor += len;
+        }
+    }
+    for (int r = 0; r < sl->n_req; r++) {
+        if (io_submit(s->io, &sl->req[r]) != 0) {
+            sluice_set_error("expert read (layer %d, expert %d): %s", layer, expert,
+                             strerror(errno));
+            return -1;
+        }
+        s->base.stats.reads++;
+    }
+    return 0;
+}
+
+/* Wait for a loading slot; verify it. 0, or -1 with the error set (the slot is emptied). */
+static int finish_load(stream_store *s, slot *sl) {
+    if (sl->state != SLOT_LOADING) return 0;
+    double before = 0;
+    io_stats st;
+    io_get_stats(s->io, &st);
+    before = st.wait_s;
+    int err = 0;
+    for (int r = 0; r < sl->n_req; r++) {
+        int e = io_wait(s->io, &sl->req[r]);
+        if (e && !err) err = e;
+        s->base.stats.bytes_read += sl->req[r].done;
+    }
+    io_get_stats(s->io, &st);
+    s->base.stats.io_wait_s += st.wait_s - before;
+    int layer = sl->layer, expert = sl->expert;
+    if (!err && s->verify && s->crc_index[layer] >= 0) {
+        const expert_layer_layout *L = &s->layout->layers[layer];
+        uint32_t c = (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), sl->req[0].buf, L->record_bytes);
+        if (c != s->layout->record_crc[s->crc_index[layer] + expert]) {
+            sluice_set_error("expert record (layer %d, expert %d) fails its checksum: the store "
+                             "file is corrupted (run sluice verify)", layer, expert);
+            err = -1;
+        }
+    }
+    if (err) {
+        if (err > 0)
+            sluice_set_error("reading expert (layer %d, expert %d) failed: %s", layer, expert,
+                             strerror(err));
+        s->where[(size_t)layer * s->base.n_expert + expert] = -1;
+        sl->layer = sl->expert = -1;
+        sl->state = SLOT_EMPTY;
+        return -1;
+    }
+    sl->state = SLOT_READY;
+    return 0;
+}
+
+static int key_of(const stream_store *s, const slot *sl) {
+    return sl->layer * s->base.n_expert + sl->expert;
+}
+
+static bool evictable(const stream_store *s, const slot *sl) {
+    return sl->state != SLOT_LOADING && sl->pins == 0 && sl->protect_tick != s->demand_tick;
+}
+
+/* A slot to (re)use, or -1 when every slot is busy. */
+static int find_victim(stream_store *s) {
+    int best = -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        const slot *sl = &s->slots[i];
+        if (sl->state == SLOT_EMPTY) return i;
+        if (!evictable(s, sl)) continue;
+        if (best < 0 || cache_policy_prefer_evict(s->policy, key_of(s, sl), key_of(s, &s->slots[best])))
+            best = i;
+    }
+    return best;
+}
+
+static void evict(stream_store *s, int i) {
+    slot *sl = &s->slots[i];
+    if (sl->state == SLOT_EMPTY) return;
+    s->where[(size_t)sl->layer * s->base.n_expert + sl->expert] = -1;
+    sl->layer = sl->expert = -1;
+    sl->state = SLOT_EMPTY;
+    sl->speculative = false;
+    s->base.stats.evictions++;
+}
+
+/* Make room and start loading; -1 when no slot can be freed right now. */
+static int load_into_victim(stream_store *s, int layer, int expert) {
+    int v = find_victim(s);
+    if (v < 0) return -1;
+    evict(s, v);
+    return start_load(s, v, layer, expert) == 0 ? v : -2;
+}
+
+static int stream_acquire(expert_store *base, int layer, int expert, expert_views *out) {
+    stream_store *s = (stream_store *)base;
+    base->stats.acquires++;
+    slot *sl = slot_of(s, layer, expert);
+    if (sl) {
+        base->stats.hits++;
+        if (finish_load(s, sl) != 0) return -1;
+    } else {
+        base->stats.misses++;
+        int v;
+        /* every slot busy: wait for in-flight reads until one becomes evictable */
+        while ((v = load_into_victim(s, layer, expert)) == -1) {
+            bool waited = false;
+            for (int i = 0; i < s->n_slots && !waited; i++)
+                if (s->slots[i].state == SLOT_LOADING) {
+                    if (finish_load(s, &s->slots[i]) != 0) return -1;
+                    waited = true;
+                }
+            if (!waited) {
+                sluice_set_error("expert cache of %d slots is too small: all are in use",
+                                 s->n_slots);
+                return -1;
+            }
+        }
+        if (v < 0) return -1;
+        sl = &s->slots[v];
+        if (finish_load(s, sl) != 0) return -1;
+    }
+    sl->pins++;
+    sl->speculative = false;
+    cache_policy_touch(s->policy, key_of(s, sl));
+    const expert_layer_layout *L = &s->layout->layers[layer];
+    out->gate = expert_part_view(&L->part[EXPERT_GATE], sl->part_data[EXPERT_GATE]);
+    out->up = expert_part_view(&L->part[EXPERT_UP], sl->part_data[EXPERT_UP]);
+    out->down = expert_part_view(&L->part[EXPERT_DOWN], sl->part_data[EXPERT_DOWN]);
+    return 0;
+}
+
+static void stream_release(expert_store *base, int layer, int expert) {
+    stream_store *s = (stream_store *)base;
+    slot *sl = slot_of(s, layer, expert);
+    if (!sl) return;
+    if (sl->pins > 0) sl->pins--;
+    sl->protect_tick = 0; /* done with it for this layer: it may make room for the rest */
+}
+
+static void stream_prefetch(expert_store *base, int layer, const int32_t *experts, int n,
+                            bool demand) {
+    stream_store *s = (stream_store *)base;
+    if (demand) s->demand_tick++;
+    for (int k = 0; k < n; k++) {
+        slot *sl = slot_of(s, layer, experts[k]);
+        if (sl) {
+            if (demand) sl->protect_tick = s->demand_tick;
+            continue;
+        }
+        int v = load_into_victim(s, layer, experts[k]);
+        if (v < 0) break; /* no room now: acquire will load it when a slot frees up */
+        s->slots[v].speculative = !demand;
+        if (demand) s->slots[v].protect_tick = s->demand_tick;
+    }
+    io_poll(s->io);
+}
+
+static void stream_free(expert_store *base) {
+    stream_store *s = (stream_store *)base;
+    if (s->io) io_close(s->io); /* waits for reads still in flight into the pool */
+    if (s->pool) munmap(s->pool, s->slot_bytes * (uint64_t)s->n_slots);
+    cache_policy_free(s->policy);
+    free(s->slots);
+    free(s->where);
+    free(s->crc_index);
+    free(s);
+}
+
+static const expert_store_ops stream_ops = {
+    .name = "stream",
+    .acquire = stream_acquire,
+    .release = stream_release,
+    .prefetch = stream_prefetch,
+    .free = stream_free,
+};
+
+expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t err_len) {
+    const expert_layout *l = p->layout;
+    stream_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    s->base.ops = &stream_ops;
+    s->base.n_layer = l->n_layer;
+    s->base.n_expert = l->n_expert;
+    s->base.streaming = true;
+    s->layout = l;
+    s->verify = p->verify_reads && l->packed;
+    s->slot_bytes = expert_slot_bytes(l);
+    s->n_slots = s->slot_bytes ? (int)(p->cache_bytes / s->slot_bytes) : 0;
+    if (s->n_slots < 1) {
+        snprintf(err, err_len, "expert cache of %llu bytes holds no expert (one needs %llu)",
+                 (unsigned long long)p->cache_bytes, (unsigned long long)s->slot_bytes);
+        free(s);
+        return NULL;
+    }
+    size_t pool_bytes = s->slot_bytes * (uint64_t)s->n_slots;
+    s->pool = mmap(NULL, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
+    s->crc_index = malloc((size_t)l->n_layer * sizeof *s->crc_index);
+    s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert, (double)s->n_slots);
+    if (s->pool == MAP_FAILED || !s->slots || !s->where || !s->crc_index || !s->policy) {
+        if (s->pool == MAP_FAILED) s->pool = NULL;
+        snprintf(err, err_len, "cannot allocate an expert cache of %zu bytes", pool_bytes);
+        stream_free(&s->base);
+        return NULL;
+    }
+    for (size_t i = 0; i < (size_t)l->n_layer * l->n_expert; i++) s->where[i] = -1;
+    for (int i = 0; i < s->n_slots; i++) s->slots[i].layer = s->slots[i].expert = -1;
+    for (int i = 0, k = 0; i < l->n_layer; i++) {
+        s->crc_index[i] = l->layers[i].present ? k : -1;
+        if (l->layers[i].present) k += l->n_expert;
+    }
+    char ioerr[256];
+    s->io = io_open(p->path, (io_mode)p->io_mode, p->io_depth > 0 ? p->io_depth : 64, ioerr,
+                    sizeof ioerr);
+    if (!s->io) {
+        snprintf(err, err_len, "%s", ioerr);
+        stream_free(&s->base);
+        return NULL;
+    }
+    return &s->base;
+}
+
+int expert_store_stream_slots(const expert_store *base);
+
+int expert_store_stream_slots(const expert_store *base) {
+    return base->streaming ? ((const stream_store *)base)->n_slots : 0;
+}

@@ -1,0 +1,92 @@
+/* The AUTO memory planner: a pure function from model facts, machine facts and a request to a
+ * plan (mode, every component in bytes, cache size, reason), plus a probe that reads the
+ * machine facts. Pure so that it is unit-tested with synthetic machines; the probe is the only
+ * part that reads /sys and /proc.
+ *
+ * Accounting. In resident mode the whole file is mapped and counts (page cache is charged to
+ * the memory cgroup). In stream mode the dense tensors are mapped and count, the expert cache is
+ * anonymous memory of cache_slots x slot_bytes, and expert reads bypass the page cache (direct
+ * I/O). Both modes add the KV cache for the planned context, recurrent state, activation
+ * scratch, a fixed allowance for the process (tokenizer, code, stacks) and a reserve. */
+#ifndef SLUICE_PLAN_H
+#define SLUICE_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+typedef struct plan_model_facts {
+    uint64_t file_bytes;
+    uint64_t dense_bytes;        /* every tensor but the routed experts */
+    uint64_t expert_bytes;       /* all routed experts as stored */
+    uint64_t slot_bytes;         /* one cache slot (largest expert + alignment slack) */
+    int n_moe_layers, n_expert, n_expert_used;
+    uint64_t kv_bytes_per_pos;   /* KV cache bytes per context position */
+    uint64_t state_bytes;        /* recurrent + conv state (independent of context) */
+    uint64_t scratch_per_token;  /* activation bytes per token of a batch */
+    uint64_t scratch_fixed;      /* activation bytes independent of the batch (logits...) */
+} plan_model_facts;
+
+typedef struct plan_machine_facts {
+    bool has_cgroup_limit;
+    int cgroup_version;          /* 1 or 2 */
+    uint64_t cgroup_limit;       /* memory.max / memory.limit_in_bytes */
+    uint64_t cgroup_usage;       /* memory.current / memory.usage_in_bytes */
+    uint64_t cgroup_reclaimable; /* inactive file pages counted in usage */
+    uint64_t mem_total, mem_available, swap_total;
+} plan_machine_facts;
+
+typedef struct plan_request {
+    sluice_mode mode;            /* AUTO, RESIDENT, STREAM */
+    uint64_t mem_budget;         /* 0: from the machine facts */
+    uint64_t cache_bytes;        /* 0: the planner chooses */
+    int cache_slots;             /* "Nx": a number of expert slots; 0: unused */
+    int n_ctx, n_batch;
+} plan_request;
+
+typedef enum plan_reason {
+    PLAN_RESIDENT_FITS = 0,      /* everything fits in the budget */
+    PLAN_RESIDENT_FORCED,        /* --resident, and it fits */
+    PLAN_STREAM_OVER_BUDGET,     /* the model does not fit: experts stream */
+    PLAN_STREAM_FORCED,          /* --stream */
+    PLAN_STREAM_CACHE_GIVEN,     /* --cache set the cache size */
+    PLAN_DENSE_MODEL,            /* no routed experts: resident is the only mode */
+    PLAN_REFUSED_BELOW_FLOOR,    /* not even the smallest cache fits */
+    PLAN_REFUSED_RESIDENT,       /* --resident does not fit */
+    PLAN_REFUSED_CACHE,          /* --cache below the floor or above the budget */
+} plan_reason;
+
+typedef struct plan {
+    bool ok;
+    sluice_mode mode;            /* RESIDENT or STREAM */
+    plan_reason reason;
+    uint64_t budget;             /* what the process may use */
+    const char *budget_source;   /* "--mem-budget", "cgroup v1", "cgroup v2", "MemAvailable" */
+    uint64_t reserve;            /* kept free inside the budget */
+    /* components */
+    uint64_t weights;            /* resident: the whole file; stream: dense tensors */
+    uint64_t cache;              /* stream: cache_slots x slot_bytes */
+    uint64_t kv, state, scratch, overhead;
+    uint64_t total;              /* sum of the components */
+    int cache_slots, floor_slots, target_slots;
+    int n_ctx, n_batch;
+    char message[320];           /* why, in one line */
+} plan;
+
+/* Fixed allowance for the process itself (code, tokenizer, stacks, allocator slack). */
+#define PLAN_OVERHEAD_BYTES (192ull << 20)
+
+void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
+                  const plan_request *r, plan *out);
+
+/* Read the machine facts of this process (cgroup v2 or v1, /proc/meminfo). */
+void plan_probe(plan_machine_facts *out);
+
+const char *plan_reason_name(plan_reason r);
+/* The plan as an aligned text table, or as one JSON object. Returns bytes written (like
+ * snprintf: may exceed cap). */
+int plan_format(const plan *p, const plan_model_facts *m, bool json, char *buf, size_t cap);
+
+#endif /* SLUICE_PLAN_H */

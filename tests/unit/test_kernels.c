@@ -1,0 +1,217 @@
+/* CPU kernels against the scalar references, bit for bit, at every instruction-set level this
+ * machine supports (forced one after another through kernel_isa_force):
+ *   - every codec's dot product on random rows of many lengths: weights both as random bytes
+ *     (scale fields made finite) and as encoder output, activations encoded by the REFERENCE
+ *     encoder from random floats of many magnitudes;
+ *   - every activation encoder (Q8_0, Q8_1, Q8_K, F16, BF16): identical bytes, including
+ *     values that land exactly on rounding ties, zero blocks, repeated maxima of both signs;
+ *   - every tile kernel: each output equals the single-row reference dot.
+ * Prints how many comparisons ran per level. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/kernels.h"
+#include "check.h"
+#include "formats/quant.h"
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint32_t rnd(rng *r) {
+    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(r->s >> 33);
+}
+
+static float rnd_unit(rng *r) { return (float)rnd(r) / 2147483648.0f - 1.0f; } /* [-1, 1) */
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* A finite f16 of moderate magnitude (2^-10 .. 2^5), random sign and mantissa. */
+static uint16_t rnd_f16(rng *r) {
+    uint32_t e = 5 + rnd(r) % 16;
+    return (uint16_t)(((rnd(r) & 1) << 15) | (e << 10) | (rnd(r) & 0x3ff));
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+/* Offsets of the f16 scale fields of one block of each type (-1 ends the list). */
+static const int *scale_fields(uint32_t type) {
+    static const int d0[] = {0, -1}, d0m2[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
+                     q6k[] = {208, -1}, none[] = {-1};
+    switch (type) {
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_Q2_0:
+        return d0;
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        return d0m2;
+    case GGML_TYPE_Q2_K: return q2k;
+    case GGML_TYPE_Q3_K: return q3k;
+    case GGML_TYPE_Q6_K: return q6k;
+    default: return none;
+    }
+}
+
+/* Random floats with a per-block magnitude (some blocks tiny, some large, some zero) and a few
+ * outliers. */
+static void rnd_floats(rng *r, float *x, int64_t n, int block) {
+    for (int64_t i = 0; i < n; i += block) {
+        int kind = (int)(rnd(r) % 8);
+        float mag = kind == 0 ? 0.0f : kind == 1 ? 1e-3f : kind == 2 ? 100.0f : 1.0f;
+        for (int64_t j = i; j < i + block && j < n; j++) {
+            x[j] = rnd_unit(r) * mag;
+            if (rnd(r) % 97 == 0) x[j] *= 8.0f;
+        }
+    }
+}
+
+/* Weight rows of a type: random bytes with finite scales, or (when the encoder is fast) an
+ * encoded random float row. */
+static void rnd_weights(rng *r, uint32_t type, uint8_t *w, int64_t n, float *tmp) {
+    const quant_traits *t = quant_traits_of(type);
+    bool float_type = !t->is_quantized;
+    bool slow_encoder = type >= GGML_TYPE_IQ2_XXS && type != GGML_TYPE_IQ4_NL &&
+                        type != GGML_TYPE_IQ4_XS && type != GGML_TYPE_MXFP4 && type != GGML_TYPE_BF16;
+    if (float_type || (!slow_encoder && rnd(r) % 2 == 0)) {
+        rnd_floats(r, tmp, n, 32);
+        t->quantize(tmp, w, n);
+        return;
+    }
+    size_t bytes = quant_row_bytes(type, n);
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd(r);
+    const int *f = scale_fields(type);
+    for (int64_t b = 0; b < n / t->block_elems; b++)
+        for (int k = 0; f[k] >= 0; k++) put16(w + b * t->block_bytes + f[k], rnd_f16(r));
+    if (type == GGML_TYPE_MXFP4)
+        for (int64_t b = 0; b < n / 32; b++) w[b * 17] = (uint8_t)(100 + rnd(r) % 56);
+}
+
+static long n_checks;
+
+static void check_dots(rng *r, kernel_isa isa) {
+    enum { NMAX = 8192 + 256 };
+    static float x[NMAX];
+    static uint8_t w[NMAX * 4 * 4], a[NMAX * 4 * 4];
+    static float out[16 * 16];
+    for (uint32_t type = 0; type < GGML_TYPE_COUNT; type++) {
+        const quant_traits *t = quant_traits_of(type);
+        if (!t || !t->dot) continue;
+        const quant_traits *at = quant_traits_of(t->act_type);
+        kernel_dot_fn fast = kernel_dot(type);
+        int64_t be = t->block_elems;
+        const int64_t blocks[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 32, 33};
+        int nb = (int)(sizeof blocks / sizeof blocks[0]);
+        for (int li = 0; li < nb + 40; li++) {
+            int64_t n;
+            if (li < nb) n = blocks[li] * be;
+            else if (be == 1) n = 1 + rnd(r) % 300 + (li % 5 == 0 ? 4096 : 0);
+            else n = be * (1 + rnd(r) % (NMAX / be));
+            if (n > NMAX) n = NMAX / be * be;
+            int n_rows = 3;
+            for (int row = 0; row < n_rows; row++) {
+                rnd_weights(r, type, w, n, x);
+                rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
+                at->quantize(x, a, n);
+                float ref = t->dot(n, w, a), got = fast(n, w, a);
+                n_checks++;
+                CHECKF(fbits(ref) == fbits(got) || (isnan(ref) && isnan(got)),
+                       "%s %s n=%lld: kernel %.9g (0x%08x) vs reference %.9g (0x%08x)",
+                       kernel_isa_name(isa), t->name, (long long)n, got, fbits(got), ref, fbits(ref));
+            }
+        }
+        /* tiles: a few rows x tokens against the dots */
+        kernel_tile_fn tile = kernel_tile(type);
+        if (!tile) continue;
+        for (int rep = 0; rep < 6; rep++) {
+            int64_t n = be == 1 ? 64 * (1 + rep) + rep : be * (1 + rnd(r) % (be >= 256 ? 12 : 40));
+            int rows = 1 + (int)(rnd(r) % 16), toks = 1 + (int)(rnd(r) % 16);
+            size_t ws = quant_row_bytes(type, n), as = quant_row_bytes(t->act_type, n);
+            if (ws * rows > sizeof w || as * toks > sizeof a) continue;
+            for (int i = 0; i < rows; i++) rnd_weights(r, type, w + i * ws, n, x);
+            for (int i = 0; i < toks; i++) {
+                rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
+                at->quantize(x, a + i * as, n);
+            }
+            tile(n, w, ws, rows, a, as, toks, out, 16);
+            for (int i = 0; i < rows; i++)
+                for (int k = 0; k < toks; k++) {
+                    float ref = t->dot(n, w + i * ws, a + k * as), got = out[k * 16 + i];
+                    n_checks++;
+                    CHECKF(fbits(ref) == fbits(got), "%s %s tile n=%lld r%d t%d: %.9g vs %.9g",
+                           kernel_isa_name(isa), t->name, (long long)n, i, k, got, ref);
+                }
+        }
+    }
+}
+
+static void check_encoders(rng *r, kernel_isa isa) {
+    enum { NMAX = 4096 };
+    static float x[NMAX];
+    static uint8_t ref[NMAX * 4], got[NMAX * 4];
+    const uint32_t types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16,
+                              GGML_TYPE_BF16, GGML_TYPE_F32};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const quant_traits *t = quant_traits_of(types[k]);
+        quant_quantize_fn fast = kernel_quantize(types[k]);
+        int64_t be = t->block_elems;
+        for (int rep = 0; rep < 200; rep++) {
+            int64_t n = be == 1 ? 1 + rnd(r) % 700 : be * (1 + rnd(r) % (NMAX / be));
+            int mode = rep % 5;
+            rnd_floats(r, x, n, (int)(be > 1 ? be : 32));
+            if (mode == 1) {
+                /* values on rounding ties of the 8-bit grids: multiples of amax/254 */
+                for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(rnd(r) % 255) - 127) * 0.5f;
+            } else if (mode == 2) {
+                /* repeated maxima of both signs */
+                for (int64_t i = 0; i < n; i++) x[i] = (rnd(r) % 3 == 0) ? ((rnd(r) & 1) ? 3.0f : -3.0f) : rnd_unit(r);
+            } else if (mode == 3) {
+                /* half and bfloat16 ties, subnormals, overflow */
+                for (int64_t i = 0; i < n; i++) {
+                    uint32_t u = rnd(r);
+                    if (rnd(r) % 4 == 0) u = (u & 0x8000ffffu) | (0x33u << 23) | (rnd(r) % 32 << 23);
+                    float f;
+                    memcpy(&f, &u, 4);
+                    if (!isfinite(f) && types[k] != GGML_TYPE_F16 && types[k] != GGML_TYPE_BF16) f = 1.0f;
+                    x[i] = f;
+                }
+                if (t->is_quantized)
+                    for (int64_t i = 0; i < n; i++) x[i] = fabsf(x[i]) > 1e30f ? 1.0f : x[i];
+            }
+            size_t bytes = quant_row_bytes(types[k], n);
+            memset(ref, 0xab, bytes);
+            memset(got, 0xcd, bytes);
+            t->quantize(x, ref, n);
+            fast(x, got, n);
+            n_checks++;
+            size_t first = bytes;
+            for (size_t i = 0; i < bytes && first == bytes; i++)
+                if (ref[i] != got[i]) first = i;
+            CHECKF(first == bytes, "%s encoder %s n=%lld mode %d: byte %zu differs (%02x vs %02x)",
+                   kernel_isa_name(isa), t->name, (long long)n, mode, first, got[first], ref[first]);
+        }
+    }
+}
+
+int main(void) {
+    kernel_isa best = kernel_isa_best();
+    printf("best level: %s, AMX %s\n", kernel_isa_name(best), kernel_amx_usable() ? "usable" : "not usable");
+    for (int l = 0; l <= (int)best; l++) {
+        kernel_isa isa = kernel_isa_force((kernel_isa)l);
+        CHECK(isa == (kernel_isa)l);
+        rng r = {0x5eed0000u + (uint64_t)l};
+        long before = n_checks;
+        check_encoders(&r, isa);
+        check_dots(&r, isa);
+        printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
+    }
+    kernel_isa_force(best);
+    if (!check_failures) printf("test_kernels: all checks passed\n");
+    CHECK_DONE();
+}
