@@ -47,6 +47,7 @@ typedef struct sluice_model_params {
     int n_ctx;             /* context the plan reserves KV for; 0: trained length, max 4096 */
     int n_batch;           /* prompt tokens per forward pass the plan reserves for; 0: 512 */
     bool plan_only;        /* compute the plan, allocate nothing (for --plan) */
+    bool no_watchdog;      /* do not watch swap/pressure (the watchdog stops work cleanly) */
 } sluice_model_params;
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
@@ -147,6 +148,10 @@ uint64_t sluice_session_state_bytes(const sluice_session *session);
  * linear-attention layers (fixed per session; 0 for attention-only models). */
 void sluice_session_state_breakdown(const sluice_session *session, uint64_t *kv_bytes,
                                     uint64_t *recurrent_bytes);
+
+/* True once the memory watchdog stopped work (swap-out, memory pressure, the cgroup limit, the
+ * free-memory floor); why receives the cause. Evaluation fails from then on. */
+bool sluice_watchdog_tripped(char *why, size_t cap);
 
 /* ---- observation ---------------------------------------------------------------------- */
 

@@ -1,2 +1,174 @@
+/* sluice cachesim: hit rate of expert-cache policies on a routing trace, per cache size. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
 #include "cli/commands.h"
-int cmd_cachesim(int argc, char **argv) { (void)argc; (void)argv; return 2; }
+#include "tools/cachesim.h"
+
+#define MAX_SIZES 64
+
+/* "64", "10%", "2G" (needs the trace's expert size) -> slots */
+static int parse_sizes(const char *s, const trace *t, int *caps, char *err, size_t n) {
+    const double all = (double)t->n_layer * t->n_expert;
+    int k = 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
+        if (k == MAX_SIZES) {
+            snprintf(err, n, "at most %d sizes", MAX_SIZES);
+            return -1;
+        }
+        size_t len = strlen(tok);
+        double v = 0;
+        char *end = NULL;
+        errno = 0;
+        if (len > 1 && tok[len - 1] == '%') {
+            tok[len - 1] = 0;
+            v = strtod(tok, &end);
+            if (*end || errno || !(v > 0) || v > 100) goto bad;
+            v = ceil(all * v / 100.0);
+        } else {
+            long long x = strtoll(tok, &end, 10);
+            if (*end == 0 && !errno && x > 0) {
+                v = (double)x;
+            } else {
+                uint64_t bytes;
+                if (!cli_parse_size(tok, &bytes) || bytes == 0) goto bad;
+                if (!t->expert_bytes) {
+                    snprintf(err, n, "size '%s' in bytes needs the expert size, which this trace "
+                                     "does not record; give slots or percentages", tok);
+                    return -1;
+                }
+                v = floor((double)bytes / (double)t->expert_bytes);
+                if (v < 1) v = 1;
+            }
+        }
+        if (v > all) v = all;
+        caps[k++] = (int)v;
+        continue;
+    bad:
+        snprintf(err, n, "invalid size '%s' (slots, N%%, or bytes like 4G)", tok);
+        return -1;
+    }
+    if (k == 0) {
+        snprintf(err, n, "no sizes given");
+        return -1;
+    }
+    return k;
+}
+
+int cmd_cachesim(int argc, char **argv) {
+    const char *sizes = "2%,5%,10%,15%,20%,30%,40%,50%,60%,75%,90%", *svg = NULL;
+    int seq = -1, n_threads = 2;
+    float pin_frac = 0.5f;
+    bool csv = false, no_svg = false;
+    const cli_opt opts[] = {
+        {"--sizes", NULL, OPT_STR, &sizes, "LIST", "cache sizes: slots (256), % of all experts (10%) or bytes (4G); default 2%..90%"},
+        {"--svg", NULL, OPT_STR, &svg, "FILE", "plot of the curves (default TRACE.svg)"},
+        {"--no-svg", NULL, OPT_FLAG, &no_svg, NULL, "do not write the plot"},
+        {"--seq", NULL, OPT_INT, &seq, "N", "replay only sequence N of the trace (default: all, in order)"},
+        {"--pin-frac", NULL, OPT_FLOAT, &pin_frac, "F", "share of the slots pinned-hot pins (default 0.5)"},
+        {"--threads", "-t", OPT_INT, &n_threads, "N", "simulation threads (default 2)"},
+        {"--csv", NULL, OPT_FLAG, &csv, NULL, "print CSV instead of a table"},
+    };
+    const cli_cmd cmd = {
+        "cachesim", "TRACE [--sizes LIST] [--svg FILE]",
+        "Replay a routing trace (from --trace-routing) through expert-cache policies and print the "
+        "hit rate per cache size.",
+        "Policies: lru, lfu and engine (the engine's decayed hotness, then recency) over one pool "
+        "for all layers;\nlru-layer and engine-layer with one pool per layer; pinned-hot (the "
+        "trace's hottest experts never evicted);\nlru-warm and engine-warm (cache prefilled with "
+        "the hottest experts); belady (the offline optimum,\nan upper bound for every cold policy) "
+        "and belady-warm (the bound for the warm ones).\ndocs/cachesim.md defines each one.",
+        opts, (int)(sizeof opts / sizeof opts[0]), 1};
+    const char *pos[1];
+    int n_pos;
+    int rc = cli_parse(&cmd, argc, argv, pos, &n_pos);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (n_pos != 1) {
+        fprintf(stderr, "sluice cachesim: give one trace file (see sluice cachesim --help)\n");
+        return 2;
+    }
+    if (!(pin_frac >= 0 && pin_frac <= 1) || n_threads < 1) {
+        fprintf(stderr, "sluice cachesim: --pin-frac must be in [0, 1] and -t at least 1\n");
+        return 2;
+    }
+    char err[512];
+    trace t;
+    if (trace_load(pos[0], &t, err, sizeof err) != 0) {
+        fprintf(stderr, "sluice cachesim: %s\n", err);
+        return 1;
+    }
+    int caps[MAX_SIZES];
+    int n_cap = parse_sizes(sizes, &t, caps, err, sizeof err);
+    sim_keys k = {0};
+    uint64_t *hits = NULL;
+    rc = 1;
+    if (n_cap < 0) {
+        fprintf(stderr, "sluice cachesim: %s\n", err);
+        rc = 2;
+        goto done;
+    }
+    if (sim_keys_from_trace(&t, seq, &k) != 0 || !(hits = calloc((size_t)SIM_COUNT * n_cap, sizeof *hits))) {
+        fprintf(stderr, "sluice cachesim: out of memory\n");
+        goto done;
+    }
+    if (k.n == 0) {
+        fprintf(stderr, "sluice cachesim: the trace has no expert uses%s\n", seq >= 0 ? " in that sequence" : "");
+        goto done;
+    }
+    sim_run_all(&k, caps, n_cap, pin_frac, n_threads, hits);
+    const size_t distinct = sim_distinct(&k);
+    const double all = (double)t.n_layer * t.n_expert;
+    if (!csv) {
+        printf("trace %s: %zu records, %u layers x %u experts, top-%u; %zu expert uses, %zu distinct "
+               "(hit-rate ceiling %.2f%%)\n", pos[0], t.n_records, t.n_layer, t.n_expert, t.k, k.n,
+               distinct, 100.0 * (1.0 - (double)distinct / (double)k.n));
+        if (t.expert_bytes) printf("expert size %.3f MiB\n", (double)t.expert_bytes / 1048576.0);
+        printf("\n| slots | %% experts |");
+        if (t.expert_bytes) printf(" GiB |");
+        for (int p = 0; p < SIM_COUNT; p++) printf(" %s |", sim_policy_name((sim_policy)p));
+        printf("\n|---:|---:|");
+        if (t.expert_bytes) printf("---:|");
+        for (int p = 0; p < SIM_COUNT; p++) printf("---:|");
+        printf("\n");
+    } else {
+        printf("slots,percent_experts,bytes");
+        for (int p = 0; p < SIM_COUNT; p++) printf(",%s", sim_policy_name((sim_policy)p));
+        printf("\n");
+    }
+    for (int c = 0; c < n_cap; c++) {
+        if (csv) {
+            printf("%d,%.3f,%llu", caps[c], 100.0 * caps[c] / all,
+                   (unsigned long long)((uint64_t)caps[c] * t.expert_bytes));
+            for (int p = 0; p < SIM_COUNT; p++) printf(",%.6f", (double)hits[p * n_cap + c] / (double)k.n);
+            printf("\n");
+            continue;
+        }
+        printf("| %d | %.1f |", caps[c], 100.0 * caps[c] / all);
+        if (t.expert_bytes) printf(" %.2f |", (double)caps[c] * (double)t.expert_bytes / 1073741824.0);
+        for (int p = 0; p < SIM_COUNT; p++) printf(" %.2f%% |", 100.0 * (double)hits[p * n_cap + c] / (double)k.n);
+        printf("\n");
+    }
+    if (!no_svg) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", svg ? svg : pos[0], svg ? "" : ".svg");
+        char title[512];
+        snprintf(title, sizeof title, "expert-cache hit rate: %s", pos[0]);
+        if (sim_write_svg(path, &k, caps, n_cap, hits, title) != 0) {
+            fprintf(stderr, "sluice cachesim: %s: %s\n", path, strerror(errno));
+            goto done;
+        }
+        if (!csv) printf("\nplot: %s\n", path);
+    }
+    rc = 0;
+done:
+    free(hits);
+    sim_keys_free(&k);
+    trace_free(&t);
+    return rc;
+}

@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "models/model.h"
+#include "runtime/watchdog.h"
 
 static void copy_str(char *dst, size_t cap, gguf_str s) {
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
@@ -142,6 +143,10 @@ static sluice_model *load_from(gguf_file *g, const char *label, const char *path
         goto fail;
     }
     if (plan_and_bind(m, label) != 0) goto fail;
+    if (!m->params.plan_only && !m->params.no_watchdog) {
+        watchdog_start(NULL);
+        m->watching = true;
+    }
     return m;
 fail:
     sluice_model_free(m);
@@ -172,6 +177,7 @@ sluice_model *sluice_model_load_memory(const void *data, size_t size, const char
 
 void sluice_model_free(sluice_model *m) {
     if (!m) return;
+    if (m->watching) watchdog_stop();
     expert_store_free(m->experts);
     expert_layout_free(&m->layout);
     free(m->path);
@@ -244,3 +250,5 @@ const char *sluice_model_mode(const sluice_model *m) {
 }
 
 bool sluice_model_plan_ok(const sluice_model *m) { return m->plan.ok; }
+
+bool sluice_watchdog_tripped(char *why, size_t cap) { return watchdog_tripped(why, cap); }

@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "engine/sampler.h"
 #include "models/state.h"
+#include "runtime/watchdog.h"
 
 #define DEFAULT_CTX_CAP 4096
 #define DEFAULT_BATCH 512
@@ -101,6 +102,12 @@ int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *
             return -1;
         }
     for (int done = 0; done < n;) {
+        char why[256];
+        if (watchdog_tripped(why, sizeof why)) {
+            sluice_set_error("stopped by the memory watchdog: %s", why);
+            s->have_logits = false;
+            return -1;
+        }
         int chunk = n - done < s->n_batch ? n - done : s->n_batch;
         bool last = done + chunk == n;
         float *out = all_logits ? all_logits + (size_t)done * n_vocab : s->last_logits;

@@ -84,6 +84,7 @@ struct sluice_model {
     plan_request request;
     plan plan;
     char *path;            /* the model file (streaming reads it); NULL for in-memory models */
+    bool watching;         /* holds a reference on the memory watchdog */
     void **owned;          /* buffers the model allocated (converted norms) */
     int n_owned;
     int64_t n_params;

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/error.h"
 #include "models/state.h"
+#include "runtime/watchdog.h"
 
 /* Per-state buffers for streaming, allocated on first use. */
 struct moe_scratch {
@@ -141,6 +143,11 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
                          st->moe_w + (size_t)t * k);
     }
 
+    char why[256];
+    if (watchdog_tripped(why, sizeof why)) { /* a long prefill stops within one layer */
+        sluice_set_error("stopped by the memory watchdog: %s", why);
+        return -1;
+    }
     /* the experts this batch needs, in first-use order */
     struct moe_scratch *xs = scratch_of(m, st);
     if (!xs) return -1;

@@ -32,6 +32,13 @@ static void say(plan *p, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* "21.03 GiB" or "143.4 MiB" */
+static const char *size_str(uint64_t b, char *buf) {
+    if (b >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", gib(b));
+    else snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
+    return buf;
+}
+
 static uint64_t machine_budget(const plan_machine_facts *mc, const char **source) {
     uint64_t b = mc->mem_available;
     *source = "MemAvailable";
@@ -50,6 +57,7 @@ static uint64_t machine_budget(const plan_machine_facts *mc, const char **source
 
 void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
                   const plan_request *r, plan *p) {
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     memset(p, 0, sizeof *p);
     p->n_ctx = r->n_ctx;
     p->n_batch = r->n_batch;
@@ -84,18 +92,18 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
                                                       : PLAN_RESIDENT_FITS;
         if (resident_total > usable) {
             p->reason = PLAN_REFUSED_RESIDENT;
-            say(p, "resident needs %.2f GiB (weights %.2f + context and scratch %.2f) but the "
-                   "budget leaves %.2f GiB (%.2f %s minus %.2f reserve)%s",
-                gib(resident_total), gib(m->file_bytes), gib(common), gib(usable), gib(p->budget),
-                p->budget_source, gib(p->reserve),
+            say(p, "resident needs %s (weights %s + context and scratch %s) but the "
+                   "budget leaves %s (%s %s minus %s reserve)%s",
+                size_str(resident_total, b1), size_str(m->file_bytes, b2), size_str(common, b3), size_str(usable, b4), size_str(p->budget, b5),
+                p->budget_source, size_str(p->reserve, b6),
                 m->n_moe_layers ? "; let experts stream (drop --resident)" : "");
             return;
         }
         p->ok = true;
-        say(p, "resident: weights %.2f GiB + context and scratch %.2f GiB fit in %.2f GiB "
-               "(%.2f %s minus %.2f reserve)",
-            gib(m->file_bytes), gib(common), gib(usable), gib(p->budget), p->budget_source,
-            gib(p->reserve));
+        say(p, "resident: weights %s + context and scratch %s fit in %s "
+               "(%s %s minus %s reserve)",
+            size_str(m->file_bytes, b1), size_str(common, b2), size_str(usable, b3), size_str(p->budget, b4), p->budget_source,
+            size_str(p->reserve, b5));
         return;
     }
 
@@ -117,26 +125,26 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
     const uint64_t floor_bytes = (uint64_t)p->floor_slots * m->slot_bytes;
     if (cache_given && p->total > usable) {
         p->reason = PLAN_REFUSED_CACHE;
-        say(p, "an expert cache of %.2f GiB plus dense weights, context and scratch %.2f GiB "
-               "exceeds the %.2f GiB the budget leaves (%.2f %s minus %.2f reserve)",
-            gib(p->cache), gib(base), gib(usable), gib(p->budget), p->budget_source,
-            gib(p->reserve));
+        say(p, "an expert cache of %s plus dense weights, context and scratch %s "
+               "exceeds the %s the budget leaves (%s %s minus %s reserve)",
+            size_str(p->cache, b1), size_str(base, b2), size_str(usable, b3), size_str(p->budget, b4), p->budget_source,
+            size_str(p->reserve, b5));
         return;
     }
     if (slots < (uint64_t)p->floor_slots) {
         p->reason = cache_given ? PLAN_REFUSED_CACHE : PLAN_REFUSED_BELOW_FLOOR;
-        say(p, "the expert cache floor is %d experts (%d layers x top-%d + 1) = %.2f GiB, but "
-               "%s; dense weights, context and scratch take %.2f GiB of the %.2f GiB the budget "
-               "leaves (%.2f %s minus %.2f reserve)",
-            p->floor_slots, m->n_moe_layers, m->n_expert_used, gib(floor_bytes),
-            cache_given ? "the requested cache holds fewer" : "only that many do not fit",
-            gib(base), gib(usable), gib(p->budget), p->budget_source, gib(p->reserve));
+        say(p, "the expert cache floor is %d experts (%d layers x top-%d + 1) = %s, but "
+               "%s; dense weights, context and scratch take %s of the %s the budget "
+               "leaves (%s %s minus %s reserve)",
+            p->floor_slots, m->n_moe_layers, m->n_expert_used, size_str(floor_bytes, b1),
+            cache_given ? "the requested cache holds fewer" : "not even those fit",
+            size_str(base, b2), size_str(usable, b3), size_str(p->budget, b4), p->budget_source, size_str(p->reserve, b5));
         return;
     }
     p->ok = true;
-    say(p, "stream: the model needs %.2f GiB resident but %.2f GiB is usable; cache %.2f GiB = "
+    say(p, "stream: the model needs %s resident but %s is usable; cache %s = "
            "%d of %d experts (floor %d)",
-        gib(resident_total), gib(usable), gib(p->cache), p->cache_slots, p->target_slots,
+        size_str(resident_total, b1), size_str(usable, b2), size_str(p->cache, b3), p->cache_slots, p->target_slots,
         p->floor_slots);
 }
 
@@ -169,6 +177,7 @@ static void json_str(out *o, const char *s) {
 }
 
 int plan_format(const plan *p, const plan_model_facts *m, bool json, char *buf, size_t cap) {
+    char b1[32];
     out o = {buf, cap, 0};
     if (cap) buf[0] = 0;
     const char *mode = p->mode == SLUICE_MODE_STREAM ? "stream" : "resident";
@@ -194,20 +203,20 @@ int plan_format(const plan *p, const plan_model_facts *m, bool json, char *buf, 
     }
     put(&o, "plan: %s (%s)%s\n", p->ok ? mode : "refused", plan_reason_name(p->reason),
         p->ok ? "" : " -- nothing was allocated");
-    put(&o, "  %-22s %10.2f GiB  (%s)\n", "budget", gib(p->budget),
+    put(&o, "  %-16s %12s  (%s)\n", "budget", size_str(p->budget, b1),
         p->budget_source ? p->budget_source : "?");
-    put(&o, "  %-22s %10.2f GiB\n", "reserve", gib(p->reserve));
-    put(&o, "  %-22s %10.2f GiB  (%s)\n", "weights", gib(p->weights),
+    put(&o, "  %-16s %12s\n", "reserve", size_str(p->reserve, b1));
+    put(&o, "  %-16s %12s  (%s)\n", "weights", size_str(p->weights, b1),
         p->mode == SLUICE_MODE_STREAM ? "dense tensors, mapped" : "whole file, mapped");
     if (p->mode == SLUICE_MODE_STREAM)
-        put(&o, "  %-22s %10.2f GiB  (%d slots of %.2f MiB; floor %d, all %d)\n", "expert cache",
-            gib(p->cache), p->cache_slots, (double)m->slot_bytes / (1024.0 * 1024.0),
+        put(&o, "  %-16s %12s  (%d slots of %.2f MiB; floor %d, all %d)\n", "expert cache",
+            size_str(p->cache, b1), p->cache_slots, (double)m->slot_bytes / (1024.0 * 1024.0),
             p->floor_slots, p->target_slots);
-    put(&o, "  %-22s %10.2f GiB  (%d positions)\n", "KV cache", gib(p->kv), p->n_ctx);
-    put(&o, "  %-22s %10.2f GiB\n", "recurrent state", gib(p->state));
-    put(&o, "  %-22s %10.2f GiB  (batch %d)\n", "scratch", gib(p->scratch), p->n_batch);
-    put(&o, "  %-22s %10.2f GiB\n", "process", gib(p->overhead));
-    put(&o, "  %-22s %10.2f GiB\n", "total", gib(p->total));
+    put(&o, "  %-16s %12s  (%d positions)\n", "KV cache", size_str(p->kv, b1), p->n_ctx);
+    put(&o, "  %-16s %12s\n", "recurrent state", size_str(p->state, b1));
+    put(&o, "  %-16s %12s  (batch %d)\n", "scratch", size_str(p->scratch, b1), p->n_batch);
+    put(&o, "  %-16s %12s\n", "process", size_str(p->overhead, b1));
+    put(&o, "  %-16s %12s\n", "total", size_str(p->total, b1));
     put(&o, "  why: %s\n", p->message);
     return (int)o.len;
 }

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# End-to-end tests of `sluice serve` on loopback: curl basics, the official `openai` npm client,
+# a malformed-request battery, disconnect cancellation, 503 backpressure, a bounded load test
+# with RSS before/after, and clean shutdown (exit 0; under ASan also no leaks).
+#
+# usage: run.sh SLUICE_BINARY SOURCE_DIR WORK_DIR [SANITIZED(0|1)]
+# Servers listen on ephemeral ports (--port 0) and are stopped by the EXIT trap on any failure.
+# SLUICE_SKIP_NODE=1 skips the npm client part (for machines without a registry).
+set -euo pipefail
+
+BIN=$1 SRC=$2 WORK=$3 SAN=${4:-0}
+mkdir -p "$WORK"
+QWEN=$SRC/tests/data/qwen3moe-tiny-Q4_K_M.gguf
+LOAD_CLIENTS=8 LOAD_REQUESTS=50
+# the load test allows this much RSS growth: ASan keeps freed memory in quarantine
+if [ "$SAN" = 1 ]; then RSS_SLACK_KB=65536; else RSS_SLACK_KB=8192; fi
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=32"
+
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  local f
+  for f in "$WORK"/*.log; do echo "--- $f (tail)" >&2; tail -n 20 "$f" >&2; done
+  exit 1
+}
+pass() { echo "ok   $*"; }
+
+# start_server NAME ARGS... : sets URL_<NAME> and PID_<NAME>
+start_server() {
+  local name=$1
+  shift
+  local log=$WORK/$name.log
+  "$BIN" serve --port 0 -t 1 "$@" >"$log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  local port="" i
+  for i in $(seq 1 300); do
+    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || fail "server $name exited at start"
+    sleep 0.1
+  done
+  [ -n "$port" ] || fail "server $name did not start"
+  printf -v "URL_$name" 'http://127.0.0.1:%s' "$port"
+  printf -v "PID_$name" '%s' "$pid"
+}
+
+# stop_server NAME : SIGTERM, expect exit 0 within 20 s (an ASan leak report exits non-zero)
+stop_server() {
+  local name=$1 pid_var="PID_$1"
+  local pid=${!pid_var}
+  kill -TERM "$pid"
+  local i
+  for i in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && fail "server $name did not stop within 20 s"
+  local rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" = 0 ] || fail "server $name exited with $rc"
+  grep -q "ERROR: \(AddressSanitizer\|LeakSanitizer\)\|runtime error:" "$WORK/$name.log" &&
+    fail "sanitizer report in $name.log"
+  pass "server $name stopped cleanly"
+}
+
+# expect CODE METHOD URL [curl args...]: the status, and an OpenAI error object for 4xx/5xx
+expect() {
+  local want=$1 method=$2 url=$3
+  shift 3
+  local code how=(-X "$method")
+  [ "$method" = HEAD ] && how=(-I) # -X HEAD would wait for a body
+  code=$(curl -s -o "$WORK/body" -w '%{http_code}' "${how[@]}" "$url" "$@" || true)
+  [ "$code" = "$want" ] || fail "$method $url $*: got $code, want $want: $(head -c 300 "$WORK/body")"
+  if [ "$want" -ge 400 ] && [ "$method" != HEAD ]; then
+    grep -q '^{"error":{"message":"[^"]*.*"type":"[a-z_]*","param":.*"code":' "$WORK/body" ||
+      fail "$method $url: not an OpenAI error object: $(head -c 300 "$WORK/body")"
+  fi
+}
+
+alive() {
+  local url_var="URL_$1"
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "${!url_var}/health")" = 200 ] ||
+    fail "server $1 is not answering /health"
+}
+
+metric() { # metric NAME_URL METRIC
+  curl -s "$1/metrics" | sed -n "s/^$2 \([0-9.e+-]*\)$/\1/p"
+}
+
+rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
+
+start_server stories -c 512 --max-body 1M
+start_server chatml -m "$QWEN"
+start_server slow --queue 0 --debug-delay-ms 20 -c 512
+S=$URL_stories
+
+# ---- curl basics ----------------------------------------------------------------------
+expect 200 GET "$S/health"
+expect 200 GET "$S/v1/models"
+grep -q '"object":"list"' "$WORK/body" || fail "/v1/models: $(cat "$WORK/body")"
+expect 200 HEAD "$S/v1/models"
+expect 200 POST "$S/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}'
+grep -q '"finish_reason":"length".*"usage":{"prompt_tokens":5,"completion_tokens":8,"total_tokens":13}' "$WORK/body" ||
+  fail "completion: $(cat "$WORK/body")"
+expect 200 POST "$S/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":8,"stream":true}'
+grep -q '^data: {"id":"chatcmpl-' "$WORK/body" && [ "$(tail -c 15 "$WORK/body")" = $'data: [DONE]\n\n' ] ||
+  fail "SSE stream: $(cat "$WORK/body")"
+curl -s -D "$WORK/headers" -o /dev/null "$S/v1/completions" -d '{"prompt":"a","max_tokens":2,"stream":true}'
+grep -qi '^content-type: text/event-stream' "$WORK/headers" || fail "stream content type: $(cat "$WORK/headers")"
+expect 200 POST "$S/v1/completions" -d '{"prompt":"","max_tokens":4}' # starts from BOS
+expect 200 POST "$S/v1/completions" -d '{"prompt":[1, 403, 407],"max_tokens":4}'
+curl -s "$S/metrics" >"$WORK/metrics"
+for m in sluice_requests_total sluice_queue_depth sluice_time_to_first_token_seconds_bucket \
+  sluice_generation_tokens_per_second sluice_expert_cache_hit_ratio sluice_expert_bytes_read_total; do
+  grep -q "^$m" "$WORK/metrics" || fail "/metrics lacks $m"
+done
+grep -q '^# TYPE sluice_time_to_first_token_seconds histogram' "$WORK/metrics" || fail "histogram type"
+pass "curl: health, models, completions, chat, SSE, metrics"
+
+# ---- malformed requests: each gets its 4xx and the server stays up ----------------------
+C=$S/v1/chat/completions P=$S/v1/completions
+MSG='"messages":[{"role":"user","content":"hi"}]'
+bad_chat=(
+  '{' '' '[]' '"str"' 'null' '123' '{"messages":"hi"}' '{"messages":[]}' '{"messages":["x"]}'
+  '{"messages":[{"role":"wizard","content":"x"}]}' '{"messages":[{"content":"x"}]}'
+  '{"messages":[{"role":"user"}]}' '{"messages":[{"role":"user","content":5}]}'
+  '{"messages":[{"role":7,"content":"x"}]}'
+  '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
+  '{"messages":[{"role":"user","content":[{"type":"text"}]}]}'
+  "{$MSG,\"max_tokens\":-1}" "{$MSG,\"max_tokens\":0}" "{$MSG,\"max_tokens\":\"5\"}"
+  "{$MSG,\"max_tokens\":1.5}" "{$MSG,\"max_tokens\":99999999999999999999999}"
+  "{$MSG,\"max_tokens\":1e400}" "{$MSG,\"max_tokens\":4294967296}"
+  "{$MSG,\"temperature\":2.5}" "{$MSG,\"temperature\":-0.1}" "{$MSG,\"temperature\":\"hot\"}"
+  "{$MSG,\"top_p\":1.5}" "{$MSG,\"top_k\":-1}" "{$MSG,\"stream\":\"yes\"}" "{$MSG,\"stream_options\":1}"
+  "{$MSG,\"stop\":5}" "{$MSG,\"stop\":[1]}" "{$MSG,\"stop\":\"\"}"
+  "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}"
+  "{$MSG,\"n\":2}" "{$MSG,\"seed\":\"x\"}" "{$MSG,\"seed\":1.5}" "{$MSG,\"logprobs\":true}"
+  "{$MSG,\"tools\":[{\"type\":\"function\"}]}" "{$MSG,\"chat_template_kwargs\":5}"
+  "{$MSG,\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}" "{$MSG,\"model\":5}"
+  '{"messages":[{"role":"user","content":"\u0000"}]}' '{"messages":[{"role":"user","content":"\ud800"}]}'
+  '{"messages":[{"role":"user","content":"x"}]} trailing'
+)
+for b in "${bad_chat[@]}"; do expect 400 POST "$C" --data-binary "$b"; done
+bad_completion=('{}' '{"prompt":5}' '{"prompt":[]}' '{"prompt":[1,"a"]}' '{"prompt":[-1]}'
+  '{"prompt":[99999999]}' '{"prompt":["a","b"]}' '{"prompt":[[1],[2]]}' '{"prompt":null}'
+  '{"prompt":"x","echo":true}' '{"prompt":"x","best_of":3}' '{"prompt":"x","suffix":"y"}')
+for b in "${bad_completion[@]}"; do expect 400 POST "$P" --data-binary "$b"; done
+# bytes that are not UTF-8, inside and outside strings
+printf '{"messages":[{"role":"user","content":"\xff\xfe"}]}' >"$WORK/bad-utf8"
+expect 400 POST "$C" --data-binary @"$WORK/bad-utf8"
+printf '\xc3\x28{"prompt":"x"}' >"$WORK/bad-utf8-2"
+expect 400 POST "$P" --data-binary @"$WORK/bad-utf8-2"
+# nesting beyond the parser's depth limit
+head -c 100000 /dev/zero | tr '\0' '[' >"$WORK/deep"
+expect 400 POST "$P" --data-binary @"$WORK/deep"
+# a prompt longer than the context (-c 512) is refused before any work
+{ printf '{"prompt":"'; for i in $(seq 1 700); do printf 'word '; done; printf '"}'; } >"$WORK/long"
+expect 400 POST "$P" --data-binary @"$WORK/long"
+grep -q '"code":"context_length_exceeded"' "$WORK/body" || fail "long prompt: $(cat "$WORK/body")"
+# bodies over --max-body (1 MiB): declared, and chunked (length unknown up front)
+head -c 3000000 /dev/zero | tr '\0' 'a' >"$WORK/huge"
+expect 413 POST "$P" --data-binary @"$WORK/huge"
+expect 413 POST "$P" -H 'Transfer-Encoding: chunked' --data-binary @"$WORK/huge"
+# wrong methods and unknown paths
+expect 405 GET "$C"
+expect 405 PUT "$P" -d '{}'
+expect 405 POST "$S/v1/models" -d '{}'
+expect 405 DELETE "$S/health"
+expect 405 POST "$S/metrics"
+expect 404 GET "$S/"
+expect 404 GET "$S/nope"
+expect 404 POST "$S/v1/chat/completions/extra" -d '{}'
+expect 404 GET "$S/v1/models/some-model"
+# broken HTTP from a raw socket: libmicrohttpd answers or closes; the server must survive
+raw() {
+  local port=${S##*:}
+  { exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%b' "$1" >&3 && timeout 2 cat <&3 >/dev/null; exec 3>&-; } 2>/dev/null || true
+}
+raw 'GARBAGE\r\n\r\n'
+raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}'
+raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt":'
+raw "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: $(head -c 100000 /dev/zero | tr '\0' 'b')\r\n\r\n"
+raw '\x00\x01\x02\xff\r\n\r\n'
+alive stories
+n_bad=$((${#bad_chat[@]} + ${#bad_completion[@]} + 20))
+pass "malformed requests: $n_bad cases answered with 4xx, server alive"
+
+# ---- the official openai npm client -----------------------------------------------------
+if [ "${SLUICE_SKIP_NODE:-0}" = 1 ]; then
+  echo "skip openai client tests (SLUICE_SKIP_NODE=1)"
+else
+  command -v node >/dev/null && command -v npm >/dev/null ||
+    fail "node and npm are needed (scripts/deps.sh installs them; SLUICE_SKIP_NODE=1 skips)"
+  NODE_DIR=$WORK/node
+  if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
+    mkdir -p "$NODE_DIR"
+    echo "installing the openai npm package into $NODE_DIR"
+    npm install --prefix "$NODE_DIR" --no-audit --no-fund --no-save --loglevel=error 'openai@^6' ||
+      fail "npm install openai failed (SLUICE_SKIP_NODE=1 skips this part)"
+  fi
+  NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/server/openai_test.cjs" "$URL_stories" "$URL_chatml" ||
+    fail "openai client tests"
+  pass "openai npm client ($(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$NODE_DIR/node_modules/openai/package.json"))"
+fi
+
+# ---- disconnects cancel generation; a full queue answers 503 ------------------------------
+L=$URL_slow
+LONG='{"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true'
+# 400 tokens x 20 ms would take 8 s; the client leaves after 1 s
+curl -s -N -m 1 "$L/v1/completions" -d "$LONG,\"stream\":true}" >/dev/null || true
+for i in $(seq 1 50); do [ "$(metric "$L" sluice_requests_cancelled_total)" = 1 ] && break; sleep 0.1; done
+[ "$(metric "$L" sluice_requests_cancelled_total)" = 1 ] || fail "streamed request not cancelled on disconnect"
+[ "$(metric "$L" sluice_requests_processing)" = 0 ] || fail "engine still busy after a disconnect"
+curl -s -m 1 "$L/v1/completions" -d "$LONG}" >/dev/null || true
+for i in $(seq 1 50); do [ "$(metric "$L" sluice_requests_cancelled_total)" = 2 ] && break; sleep 0.1; done
+[ "$(metric "$L" sluice_requests_cancelled_total)" = 2 ] || fail "plain request not cancelled on disconnect"
+pass "client disconnects cancel generation (streamed and plain)"
+curl -s -m 20 "$L/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":60,"ignore_eos":true}' >/dev/null &
+BG=$!
+for i in $(seq 1 50); do [ "$(metric "$L" sluice_requests_processing)" = 1 ] && break; sleep 0.1; done
+code=$(curl -s -D "$WORK/headers" -o "$WORK/body" -w '%{http_code}' "$L/v1/completions" -d '{"prompt":"x","max_tokens":2}')
+[ "$code" = 503 ] || fail "queue 0 while busy: got $code"
+grep -qi '^retry-after: [0-9]' "$WORK/headers" || fail "503 without Retry-After"
+grep -q '"type":"server_error"' "$WORK/body" || fail "503 body: $(cat "$WORK/body")"
+wait "$BG" || fail "the request that filled the queue failed"
+pass "a full queue answers 503 with Retry-After"
+# shutdown in the middle of a generation: the server still exits cleanly
+curl -s -N -m 20 "$L/v1/completions" -d "$LONG,\"stream\":true}" >/dev/null &
+BG=$!
+for i in $(seq 1 50); do [ "$(metric "$L" sluice_requests_processing)" = 1 ] && break; sleep 0.1; done
+stop_server slow
+wait "$BG" || true
+
+# ---- load: 8 clients x 50 requests; only 200 and 503 allowed; RSS stays flat --------------
+load_client() { # id count
+  local k code body
+  for k in $(seq 1 "$2"); do
+    case $((k % 3)) in
+      0) body='{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":8}'
+         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/chat/completions" -d "$body") ;;
+      1) body='{"prompt":"The little dog","max_tokens":8,"stream":true}'
+         code=$(curl -s -N -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body") ;;
+      2) body='{"prompt":"Lily saw a bird","max_tokens":8,"stop":["."]}'
+         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body") ;;
+    esac
+    echo "$code"
+  done >"$WORK/load-$1.codes"
+}
+run_load() { # clients requests
+  local c pids=()
+  for c in $(seq 1 "$1"); do load_client "$c" "$2" & pids+=($!); done
+  for c in "${pids[@]}"; do wait "$c"; done
+}
+run_load "$LOAD_CLIENTS" 10 # warm-up: allocator arenas, caches
+rss0=$(rss_kb "$PID_stories")
+t0=$(date +%s.%N)
+run_load "$LOAD_CLIENTS" "$LOAD_REQUESTS"
+t1=$(date +%s.%N)
+rss1=$(rss_kb "$PID_stories")
+total=$(cat "$WORK"/load-*.codes | wc -l)
+ok=$(grep -c '^200$' "$WORK"/load-*.codes | awk -F: '{s += $2} END {print s}')
+busy=$(grep -c '^503$' "$WORK"/load-*.codes | awk -F: '{s += $2} END {print s}')
+other=$((total - ok - busy))
+secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+echo "load: $LOAD_CLIENTS clients x $LOAD_REQUESTS requests = $total in ${secs}s: $ok x 200, $busy x 503, $other other"
+echo "load: VmRSS before ${rss0} kB, after ${rss1} kB (growth $((rss1 - rss0)) kB, allowed $RSS_SLACK_KB kB)"
+[ "$total" = $((LOAD_CLIENTS * LOAD_REQUESTS)) ] || fail "load: $total responses"
+[ "$other" = 0 ] || fail "load: $other responses other than 200/503: $(sort "$WORK"/load-*.codes | uniq -c | tr '\n' ' ')"
+[ $((rss1 - rss0)) -le "$RSS_SLACK_KB" ] || fail "load: RSS grew from $rss0 to $rss1 kB"
+alive stories
+pass "load test"
+
+stop_server stories
+stop_server chatml
+PIDS=()
+echo "== server tests passed"

@@ -1,0 +1,201 @@
+/* The planner with synthetic machines and models: mode choice, component sums, the floor,
+ * forced modes, explicit caches and budgets, cgroup accounting, monotonicity; the probe on this
+ * machine; the watchdog stopping evaluation with its cause. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "fixtures.h"
+#include "runtime/plan.h"
+#include "runtime/watchdog.h"
+#include "sluice.h"
+
+#define GiB (1024ull * 1024 * 1024)
+#define MiB (1024ull * 1024)
+
+/* Qwen3.6-35B-A3B Q4_K_M-like: 40 MoE layers, 256 experts, top-8 */
+static plan_model_facts big_moe(void) {
+    return (plan_model_facts){.file_bytes = 21 * GiB, .dense_bytes = 1536 * MiB,
+                              .expert_bytes = 21 * GiB - 1536 * MiB, .slot_bytes = 2 * MiB,
+                              .n_moe_layers = 40, .n_expert = 256, .n_expert_used = 8,
+                              .kv_bytes_per_pos = 80 * 1024, .state_bytes = 63 * MiB,
+                              .scratch_per_token = 200 * 1024, .scratch_fixed = 8 * MiB};
+}
+
+static plan_machine_facts machine(uint64_t avail, uint64_t cg_limit, uint64_t cg_usage,
+                                  uint64_t cg_inactive) {
+    return (plan_machine_facts){.has_cgroup_limit = cg_limit != 0, .cgroup_version = 1,
+                                .cgroup_limit = cg_limit, .cgroup_usage = cg_usage,
+                                .cgroup_reclaimable = cg_inactive, .mem_total = 24 * GiB,
+                                .mem_available = avail};
+}
+
+static plan_request req(sluice_mode mode) {
+    return (plan_request){.mode = mode, .n_ctx = 4096, .n_batch = 512};
+}
+
+static void check_sums(const plan *p) {
+    CHECK(p->total == p->weights + p->cache + p->kv + p->state + p->scratch + p->overhead);
+    if (p->ok) CHECKF(p->total + p->reserve <= p->budget, "total %llu + reserve > budget %llu",
+                      (unsigned long long)p->total, (unsigned long long)p->budget);
+}
+
+static void test_modes(void) {
+    plan_model_facts m = big_moe();
+    plan p;
+    plan_machine_facts roomy = machine(60 * GiB, 0, 0, 0);
+    plan_request r = req(SLUICE_MODE_AUTO);
+    plan_compute(&m, &roomy, &r, &p);
+    CHECK(p.ok && p.mode == SLUICE_MODE_RESIDENT && p.reason == PLAN_RESIDENT_FITS);
+    CHECK(p.weights == m.file_bytes && p.kv == 4096 * m.kv_bytes_per_pos);
+    check_sums(&p);
+
+    /* the target: 8 GiB cgroup (v1, counts page cache) -> stream */
+    plan_machine_facts cg8 = machine(23 * GiB, 8 * GiB, 300 * MiB, 200 * MiB);
+    plan_compute(&m, &cg8, &r, &p);
+    CHECK(p.ok && p.mode == SLUICE_MODE_STREAM && p.reason == PLAN_STREAM_OVER_BUDGET);
+    CHECK(strcmp(p.budget_source, "cgroup v1") == 0);
+    CHECK(p.budget == 8 * GiB - 100 * MiB); /* limit minus unreclaimable usage */
+    CHECK(p.floor_slots == 40 * 8 + 1 && p.target_slots == 40 * 256);
+    CHECK(p.cache_slots >= p.floor_slots && p.cache_slots <= p.target_slots);
+    CHECK(p.weights == m.dense_bytes && p.cache == (uint64_t)p.cache_slots * m.slot_bytes);
+    /* the cache takes what is left: one more slot would break the budget */
+    CHECK(p.total + p.reserve + m.slot_bytes > p.budget);
+    check_sums(&p);
+
+    /* below the floor: refused, with the numbers */
+    plan_machine_facts tiny = machine(23 * GiB, 2 * GiB, 0, 0);
+    plan_compute(&m, &tiny, &r, &p);
+    CHECK(!p.ok && p.reason == PLAN_REFUSED_BELOW_FLOOR);
+    CHECKF(strstr(p.message, "floor is 321 experts") != NULL, "%s", p.message);
+
+    /* --resident that does not fit */
+    r = req(SLUICE_MODE_RESIDENT);
+    plan_compute(&m, &cg8, &r, &p);
+    CHECK(!p.ok && p.reason == PLAN_REFUSED_RESIDENT);
+    /* --resident that fits */
+    plan_compute(&m, &roomy, &r, &p);
+    CHECK(p.ok && p.reason == PLAN_RESIDENT_FORCED);
+
+    /* --stream with room: the cache holds every expert, not more */
+    r = req(SLUICE_MODE_STREAM);
+    plan_compute(&m, &roomy, &r, &p);
+    CHECK(p.ok && p.mode == SLUICE_MODE_STREAM && p.cache_slots == p.target_slots);
+    check_sums(&p);
+
+    /* --cache: given sizes, too big, below the floor */
+    r = req(SLUICE_MODE_AUTO);
+    r.cache_bytes = 3 * GiB;
+    plan_compute(&m, &cg8, &r, &p);
+    CHECK(p.ok && p.reason == PLAN_STREAM_CACHE_GIVEN && p.cache_slots == 1536);
+    r.cache_bytes = 7 * GiB;
+    plan_compute(&m, &cg8, &r, &p);
+    CHECK(!p.ok && p.reason == PLAN_REFUSED_CACHE && strstr(p.message, "exceeds"));
+    r.cache_bytes = 0;
+    r.cache_slots = 100;
+    plan_compute(&m, &cg8, &r, &p);
+    CHECK(!p.ok && p.reason == PLAN_REFUSED_CACHE);
+
+    /* --mem-budget overrides the machine */
+    r = req(SLUICE_MODE_AUTO);
+    r.mem_budget = 4 * GiB;
+    plan_compute(&m, &roomy, &r, &p);
+    CHECK(p.ok && p.mode == SLUICE_MODE_STREAM && p.budget == 4 * GiB &&
+          strcmp(p.budget_source, "--mem-budget") == 0);
+    check_sums(&p);
+
+    /* MemAvailable below the cgroup's room wins */
+    plan_machine_facts low = machine(5 * GiB, 8 * GiB, 0, 0);
+    r = req(SLUICE_MODE_AUTO);
+    plan_compute(&m, &low, &r, &p);
+    CHECK(p.budget == 5 * GiB && strcmp(p.budget_source, "MemAvailable") == 0);
+
+    /* reclaimable page cache counts as free under a v1 limit */
+    plan_machine_facts full_cache = machine(23 * GiB, 8 * GiB, 8 * GiB, 7 * GiB);
+    plan_compute(&m, &full_cache, &r, &p);
+    CHECK(p.budget == 7 * GiB && p.ok);
+
+    /* a dense model is resident whatever the budget allows */
+    plan_model_facts dense = {.file_bytes = 100 * MiB, .dense_bytes = 100 * MiB,
+                              .kv_bytes_per_pos = 1024};
+    plan_compute(&dense, &roomy, &r, &p);
+    CHECK(p.ok && p.reason == PLAN_DENSE_MODEL);
+
+    /* a larger context takes from the cache */
+    plan q;
+    r = req(SLUICE_MODE_STREAM);
+    plan_compute(&m, &cg8, &r, &p);
+    r.n_ctx = 32768;
+    plan_compute(&m, &cg8, &r, &q);
+    CHECK(q.ok && q.kv > p.kv && q.cache_slots < p.cache_slots);
+}
+
+static void test_monotonic(void) {
+    plan_model_facts m = big_moe();
+    plan_request r = req(SLUICE_MODE_AUTO);
+    int prev = 0;
+    for (uint64_t b = 2 * GiB; b <= 40 * GiB; b += GiB / 4) {
+        plan_machine_facts mc = machine(b, 0, 0, 0);
+        plan p;
+        plan_compute(&m, &mc, &r, &p);
+        check_sums(&p);
+        int slots = p.mode == SLUICE_MODE_RESIDENT ? 1 << 30 : p.ok ? p.cache_slots : 0;
+        CHECKF(slots >= prev, "cache shrank at budget %.2f GiB", (double)b / GiB);
+        prev = slots;
+    }
+}
+
+static void test_format(void) {
+    plan_model_facts m = big_moe();
+    plan_machine_facts mc = machine(23 * GiB, 8 * GiB, 0, 0);
+    plan_request r = req(SLUICE_MODE_AUTO);
+    plan p;
+    plan_compute(&m, &mc, &r, &p);
+    char buf[4096];
+    int n = plan_format(&p, &m, true, buf, sizeof buf);
+    CHECK(n > 0 && (size_t)n < sizeof buf && buf[0] == '{' && buf[n - 1] == '}');
+    CHECK(strstr(buf, "\"mode\":\"stream\"") && strstr(buf, "\"floor_slots\":321"));
+    n = plan_format(&p, &m, false, buf, sizeof buf);
+    CHECK(strstr(buf, "plan: stream") && strstr(buf, "expert cache") && strstr(buf, "why: "));
+    char small[16];
+    int need = plan_format(&p, &m, false, small, sizeof small);
+    CHECK(need == n && strlen(small) == sizeof small - 1);
+}
+
+static void test_probe(void) {
+    plan_machine_facts mc;
+    plan_probe(&mc);
+    CHECK(mc.mem_total > 0 && mc.mem_available > 0 && mc.mem_available <= mc.mem_total);
+    if (mc.has_cgroup_limit) CHECK(mc.cgroup_limit > 0 && mc.cgroup_version >= 1);
+}
+
+static void test_watchdog(void) {
+    char path[1024];
+    if (!fixture_path("models", "qwen3moe-tiny-Q4_K_M.gguf", path, sizeof path)) return;
+    sluice_model *m = sluice_model_load(path, NULL);
+    CHECK(m != NULL);
+    if (!m) return;
+    sluice_session_params sp = {.n_ctx = 16};
+    sluice_session *s = sluice_session_new(m, &sp);
+    int32_t ids[2] = {1, 2};
+    CHECK(sluice_session_eval(s, ids, 2, NULL) == 0);
+    watchdog_trip_for_test("swap-out detected (test)");
+    CHECK(sluice_session_eval(s, ids, 1, NULL) != 0);
+    CHECKF(strstr(sluice_last_error(), "watchdog: swap-out detected (test)") != NULL, "%s",
+           sluice_last_error());
+    char why[256];
+    CHECK(sluice_watchdog_tripped(why, sizeof why) && strstr(why, "swap-out"));
+    watchdog_reset_for_test();
+    CHECK(sluice_session_eval(s, ids, 1, NULL) == 0);
+    sluice_session_free(s);
+    sluice_model_free(m);
+}
+
+int main(void) {
+    test_modes();
+    test_monotonic();
+    test_format();
+    test_probe();
+    test_watchdog();
+    CHECK_DONE();
+}
