@@ -2,7 +2,10 @@
 # Install the Debian packages sluice needs to build and test, when they are missing.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev libpcre2-dev xz-utils
-      libssl-dev zlib1g-dev liburing-dev libjansson-dev)
+      libssl-dev zlib1g-dev liburing-dev libjansson-dev libmicrohttpd-dev curl nodejs)
+# npm (tests/server installs the openai client with it) is a package of its own on Debian, but
+# bundled with other nodejs builds (NodeSource), where the Debian one would conflict
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

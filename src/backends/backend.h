@@ -74,6 +74,10 @@ typedef struct backend_ops {
     void (*add)(backend *b, float *x, const float *y, size_t n);
     /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
     void (*swiglu)(backend *b, float *g, const float *u, size_t n);
+    /* out[t][r] = silu(gate_r . x_t) * (up_r . x_t), out rows of gate->ne[1] floats: matmul,
+     * matmul and swiglu fused (one pass over x, same bits as the three ops) */
+    void (*matmul_swiglu)(backend *b, const tview *gate, const tview *up, const float *x, int n,
+                          float *out);
 
     /* ---- linear attention (Gated DeltaNet) and gates; CPU: backends/cpu/ops_ssm.c ---- */
     /* y = x / max(||x||_2, eps) over rows of dim values (ggml_l2_norm); y may be x */
@@ -135,6 +139,10 @@ static inline void be_add(backend *b, float *x, const float *y, size_t n) {
 }
 static inline void be_swiglu(backend *b, float *g, const float *u, size_t n) {
     b->ops->swiglu(b, g, u, n);
+}
+static inline void be_matmul_swiglu(backend *b, const tview *gate, const tview *up,
+                                    const float *x, int n, float *out) {
+    b->ops->matmul_swiglu(b, gate, up, x, n, out);
 }
 static inline void be_l2norm(backend *b, const float *x, int n_rows, int dim, float eps,
                               float *y) {

@@ -64,6 +64,7 @@ static int parse_sizes(const char *s, const trace *t, int *caps, char *err, size
 int cmd_cachesim(int argc, char **argv) {
     const char *sizes = "2%,5%,10%,15%,20%,30%,40%,50%,60%,75%,90%", *svg = NULL;
     int seq = -1, n_threads = 2;
+    const char *phase_s = "all";
     float pin_frac = 0.5f;
     bool csv = false, no_svg = false;
     const cli_opt opts[] = {
@@ -71,6 +72,7 @@ int cmd_cachesim(int argc, char **argv) {
         {"--svg", NULL, OPT_STR, &svg, "FILE", "plot of the curves (default TRACE.svg)"},
         {"--no-svg", NULL, OPT_FLAG, &no_svg, NULL, "do not write the plot"},
         {"--seq", NULL, OPT_INT, &seq, "N", "replay only sequence N of the trace (default: all, in order)"},
+        {"--phase", NULL, OPT_STR, &phase_s, "all|decode|prefill", "replay only decode steps or only prompt chunks (default all)"},
         {"--pin-frac", NULL, OPT_FLOAT, &pin_frac, "F", "share of the slots pinned-hot pins (default 0.5)"},
         {"--threads", "-t", OPT_INT, &n_threads, "N", "simulation threads (default 2)"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print CSV instead of a table"},
@@ -97,6 +99,13 @@ int cmd_cachesim(int argc, char **argv) {
         fprintf(stderr, "sluice cachesim: --pin-frac must be in [0, 1] and -t at least 1\n");
         return 2;
     }
+    sim_phase phase = strcmp(phase_s, "decode") == 0    ? SIM_PHASE_DECODE
+                      : strcmp(phase_s, "prefill") == 0 ? SIM_PHASE_PREFILL
+                                                        : SIM_PHASE_ALL;
+    if (phase == SIM_PHASE_ALL && strcmp(phase_s, "all") != 0) {
+        fprintf(stderr, "sluice cachesim: --phase must be all, decode or prefill\n");
+        return 2;
+    }
     char err[512];
     trace t;
     if (trace_load(pos[0], &t, err, sizeof err) != 0) {
@@ -113,7 +122,7 @@ int cmd_cachesim(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (sim_keys_from_trace(&t, seq, &k) != 0 || !(hits = calloc((size_t)SIM_COUNT * n_cap, sizeof *hits))) {
+    if (sim_keys_from_trace(&t, seq, phase, &k) != 0 || !(hits = calloc((size_t)SIM_COUNT * n_cap, sizeof *hits))) {
         fprintf(stderr, "sluice cachesim: out of memory\n");
         goto done;
     }
@@ -125,9 +134,10 @@ int cmd_cachesim(int argc, char **argv) {
     const size_t distinct = sim_distinct(&k);
     const double all = (double)t.n_layer * t.n_expert;
     if (!csv) {
-        printf("trace %s: %zu records, %u layers x %u experts, top-%u; %zu expert uses, %zu distinct "
-               "(hit-rate ceiling %.2f%%)\n", pos[0], t.n_records, t.n_layer, t.n_expert, t.k, k.n,
-               distinct, 100.0 * (1.0 - (double)distinct / (double)k.n));
+        printf("trace %s: %zu records, %u layers x %u experts, top-%u; phase %s: %zu expert "
+               "acquires, %zu distinct (cold hit-rate ceiling %.2f%%)\n", pos[0], t.n_records,
+               t.n_layer, t.n_expert, t.k, phase_s, k.n, distinct,
+               100.0 * (1.0 - (double)distinct / (double)k.n));
         if (t.expert_bytes) printf("expert size %.3f MiB\n", (double)t.expert_bytes / 1048576.0);
         printf("\n| slots | %% experts |");
         if (t.expert_bytes) printf(" GiB |");

@@ -56,6 +56,9 @@ int cmd_logits(int argc, char **argv) {
     int n_pos;
     int rc = cli_parse(&cmd, argc, argv, pos, &n_pos);
     if (rc) return rc == 1 ? 0 : 2;
+    sluice_model_params mp = {.n_batch = n_batch};
+    if (!cli_plan_params("logits", &po, &mp)) return 2;
+    if (po.plan) return cli_print_plan("logits", model, &mp, po.json);
     if (!out) {
         fprintf(stderr, "sluice logits: -o OUT.f32 is required\n");
         return 2;
@@ -68,9 +71,6 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "sluice logits: -t and -b must not be negative\n");
         return 2;
     }
-    sluice_model_params mp = {.n_batch = n_batch};
-    if (!cli_plan_params("logits", &po, &mp)) return 2;
-    if (po.plan) return cli_print_plan("logits", model, &mp, po.json);
     sluice_model *m = cli_load_model_params("logits", model, &mp);
     if (!m) return 1;
     sluice_model_info info;

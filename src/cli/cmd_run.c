@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/plan_opts.h"
+#include "tools/trace.h"
 
 #define DEFAULT_PROMPT "Once upon a time"
 #define SEED_RANDOM UINT64_MAX
@@ -20,6 +21,8 @@ int cmd_run(int argc, char **argv) {
     sluice_sampler_params sp = sluice_sampler_defaults();
     uint64_t seed = SEED_RANDOM;
     cli_plan_opts po = {0};
+    const char *trace_path = NULL; /* --trace-routing */
+    trace_writer *tw = NULL;
     const cli_opt base_opts[] = {
         {"--model", "-m", OPT_STR, &model, "FILE", "GGUF model (default: the embedded stories260K)"},
         {"--prompt", "-p", OPT_STR, &prompt, "TEXT", "prompt text (default model: \"" DEFAULT_PROMPT "\")"},
@@ -39,6 +42,7 @@ int cmd_run(int argc, char **argv) {
         {"--no-parse-special", NULL, OPT_FLAG, &no_special, NULL, "treat special-token text in the prompt as plain text"},
         {"--echo", NULL, OPT_FLAG, &echo, NULL, "print the prompt before the generated text"},
         {"--verbose", "-v", OPT_FLAG, &verbose, NULL, "print model and session details to stderr"},
+        {"--trace-routing", NULL, OPT_STR, &trace_path, "FILE", "write the experts chosen at every MoE call (docs/trace-format.md)"},
     };
     cli_opt opts[64];
     int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
@@ -103,6 +107,14 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     sluice_session_set_sampler(s, &sp);
+    if (trace_path) {
+        char terr[512];
+        if (!(tw = trace_writer_for_model(trace_path, m, terr, sizeof terr))) {
+            fprintf(stderr, "sluice run: %s\n", terr);
+            goto done;
+        }
+        sluice_session_set_route_callback(s, trace_writer_route, tw);
+    }
     if (verbose) {
         fprintf(stderr, "sluice: %s (%s), %d layers, vocab %d, %.2f M parameters\n", info.name,
                 info.arch, info.n_layer, info.n_vocab, (double)info.n_params / 1e6);
@@ -162,6 +174,13 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 done:
     sluice_session_free(s);
+    if (tw) {
+        char terr[512];
+        if (trace_writer_close(tw, terr, sizeof terr) != 0) {
+            fprintf(stderr, "sluice run: %s\n", terr);
+            rc = 1;
+        }
+    }
     free(ids);
     free(text);
     sluice_model_free(m);

@@ -132,7 +132,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
                 int n, float *out) {
     const hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
-    const int k = hp->n_expert_used, E = hp->n_embd, F = hp->n_ff_exp;
+    const int k = hp->n_expert_used, E = hp->n_embd;
 
     be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
     for (int t = 0; t < n; t++) {
@@ -175,9 +175,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* the shared expert first: its multiplications overlap the routed experts' reads */
     const bool shared = L->ffn_up_shexp.data != NULL;
     if (shared) {
-        be_matmul(be, &L->ffn_gate_shexp, x, n, st->ff_a);
-        be_matmul(be, &L->ffn_up_shexp, x, n, st->ff_b);
-        be_swiglu(be, st->ff_a, st->ff_b, (size_t)n * hp->n_ff_shexp);
+        be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
         be_matmul(be, &L->ffn_gate_inp_shexp, x, n, st->shexp_gate);
         be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
@@ -193,9 +191,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         for (int r = 0; r < m_rows; r++)
             memcpy(st->moe_x + (size_t)r * E, x + (size_t)(st->moe_rows[r] / k) * E,
                    (size_t)E * sizeof(float));
-        be_matmul(be, &ev.gate, st->moe_x, m_rows, st->ff_a);
-        be_matmul(be, &ev.up, st->moe_x, m_rows, st->ff_b);
-        be_swiglu(be, st->ff_a, st->ff_b, (size_t)m_rows * F);
+        be_matmul_swiglu(be, &ev.gate, &ev.up, st->moe_x, m_rows, st->ff_a);
         be_matmul(be, &ev.down, st->ff_a, m_rows, st->moe_y);
         expert_release(m->experts, il, e);
         for (int r = 0; r < m_rows; r++)

@@ -12,7 +12,8 @@
  * norms is already in them); the router is softmax, top-k, renormalized; qwen35moe files tile
  * the value heads (value head h reads key head h % n_k_head), qwen3next files group them
  * (h / (n_v_head / n_k_head)). The MTP block (nextn_predict_layers) is not part of the main
- * pass and is not loaded. For text, qwen35moe's multi-section RoPE equals NeoX RoPE. */
+ * pass: its tensors are not bound (its routed experts are only accounted for in the expert
+ * layout). For text, qwen35moe's multi-section RoPE equals NeoX RoPE. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,12 @@ static bool load_hparams(sluice_model *m, bool qwen3next, char *err, size_t n) {
         return false;
     }
     hp->ssm_d_v = d_inner / hp->ssm_n_v_head;
+    /* bounds that keep every derived width (conv channels, state sizes) far from int overflow */
+    if ((int64_t)hp->ssm_n_k_head * hp->ssm_d_k > (1 << 24) || d_inner > (1 << 24)) {
+        snprintf(err, n, "linear-attention widths too large: %d key heads of %d, inner size %d",
+                 hp->ssm_n_k_head, hp->ssm_d_k, d_inner);
+        return false;
+    }
     if (hp->head_dim_k != hp->head_dim_v) {
         snprintf(err, n, "gated attention needs equal key and value head dims (%d, %d)",
                  hp->head_dim_k, hp->head_dim_v);
@@ -140,9 +147,16 @@ static bool load_moe_layer(sluice_model *m, int il, char *err, size_t n) {
                    il))
         return false;
     if (!L->ffn_up_shexp.data) return true; /* no shared expert in this layer */
-    return ld_tensor(m, &L->ffn_gate_shexp, true, E, FS, -1, err, n,
+    if (m->hp.n_ff_shexp == 0) m->hp.n_ff_shexp = (int)L->ffn_up_shexp.ne[1]; /* width unstated */
+    const int64_t FS1 = m->hp.n_ff_shexp;
+    if (FS1 != L->ffn_up_shexp.ne[1]) {
+        snprintf(err, n, "layer %d: shared expert width %lld, expected %lld", il,
+                 (long long)L->ffn_up_shexp.ne[1], (long long)FS1);
+        return false;
+    }
+    return ld_tensor(m, &L->ffn_gate_shexp, true, E, FS1, -1, err, n,
                      "blk.%d.ffn_gate_shexp.weight", il) &&
-           ld_tensor(m, &L->ffn_down_shexp, true, FS, E, -1, err, n,
+           ld_tensor(m, &L->ffn_down_shexp, true, FS1, E, -1, err, n,
                      "blk.%d.ffn_down_shexp.weight", il) &&
            ld_tensor(m, &L->ffn_gate_inp_shexp, true, E, -1, -1, err, n,
                      "blk.%d.ffn_gate_inp_shexp.weight", il);
@@ -169,8 +183,16 @@ static int hybrid_load(sluice_model *m, bool qwen3next, char *err, size_t n) {
                   load_moe_layer(m, il, err, n);
         if (!ok) return -1;
     }
-    /* the store is created by the engine once the memory plan is known */
-    return ld_experts(m, true, err, n) ? 0 : -1;
+    /* The store is created by the engine once the memory plan is known. An MTP block's
+     * experts (blocks past the trunk) are in the file too: the layout spans every block so
+     * that they are accounted for, and they are simply never acquired. */
+    int nextn = 0;
+    if (!ld_int(m, "nextn_predict_layers", &nextn, false, err, n)) return -1;
+    const int trunk = hp->n_layer;
+    hp->n_layer = trunk + nextn;
+    const bool ok = ld_experts(m, true, err, n);
+    hp->n_layer = trunk;
+    return ok ? 0 : -1;
 }
 
 static int qwen35moe_load(sluice_model *m, char *err, size_t n) {

@@ -97,12 +97,22 @@ static void stream_event(job *j, char *json) {
     free(json);
 }
 
-static void finish_job(job *j, unsigned status, char *body) {
+/* The answer of a non-streamed request (or the status of a streamed one). Delivered by
+ * complete(), after the worker has recorded the request's metrics, so that a client reading
+ * /metrics right after its answer sees them. */
+static void settle(job *j, unsigned status, char *body) {
     server *srv = j->srv;
     pthread_mutex_lock(&srv->lock);
     j->status = status;
     free(j->body);
     j->body = body;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void complete(job *j, bool done_marker) {
+    server *srv = j->srv;
+    pthread_mutex_lock(&srv->lock);
+    if (done_marker && !j->cancelled) sb_puts(&j->out, "data: [DONE]\n\n");
     j->finished = true;
     job_wake_locked(j);
     pthread_mutex_unlock(&srv->lock);
@@ -116,9 +126,9 @@ static void fail_job(job *j, int status, const char *type, const char *code, con
         /* the 200 and the headers are gone already; the OpenAI clients raise an error for an
          * event that carries an "error" object */
         stream_event(j, json);
-        finish_job(j, (unsigned)status, NULL);
+        settle(j, (unsigned)status, NULL);
     } else {
-        finish_job(j, (unsigned)status, json);
+        settle(j, (unsigned)status, json);
     }
 }
 
@@ -293,14 +303,11 @@ static void run_job(server *srv, job *j, run_stats *st) {
             stream_event(j, api_chunk_json(&meta, "", 0, false, finish, j->req.include_usage));
             if (j->req.include_usage)
                 stream_event(j, api_usage_chunk_json(&meta, j->n_prompt, st->generated));
-            pthread_mutex_lock(&srv->lock);
-            if (!j->cancelled) stream_bytes_locked(j, "data: [DONE]\n\n", 14);
-            pthread_mutex_unlock(&srv->lock);
-            finish_job(j, 200, NULL);
+            settle(j, 200, NULL); /* "data: [DONE]" follows in complete() */
         } else {
             char *body = api_response_json(&meta, content.p ? content.p : "", content.len, finish,
                                            j->n_prompt, st->generated);
-            if (body) finish_job(j, 200, body);
+            if (body) settle(j, 200, body);
             else fail_job(j, 500, "server_error", NULL, "out of memory");
         }
     } else if (!failed && !st->cancelled) {
@@ -356,8 +363,9 @@ static void *worker_main(void *arg) {
 
         run_stats st = {0};
         run_job(srv, j, &st);
-        if (st.cancelled) finish_job(j, 499, NULL);
+        if (st.cancelled) settle(j, 499, NULL);
         record(srv, j, &st);
+        complete(j, j->req.stream && st.ok);
 
         pthread_mutex_lock(&srv->lock);
         srv->busy = false;
@@ -370,6 +378,7 @@ static void *worker_main(void *arg) {
         srv->n_queued--;
         pthread_mutex_unlock(&srv->lock);
         fail_job(j, 503, "server_error", "server_shutting_down", "the server is shutting down");
+        complete(j, false);
         pthread_mutex_lock(&srv->lock);
         job_release_locked(j);
     }

@@ -233,32 +233,34 @@ static enum MHD_Result start_generation(server *srv, struct MHD_Connection *c, c
     j->fd = ci ? ci->connect_fd : -1;
     cx->j = j;
 
-    struct MHD_Response *r = NULL;
-    if (j->req.stream) {
-        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
-        if (!r) return MHD_NO; /* the completion callback drops cx->j */
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        /* reverse proxies (nginx) would otherwise buffer the events */
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    }
     pthread_mutex_lock(&srv->lock);
     if (!engine_submit_locked(srv, j, &e)) {
         pthread_mutex_unlock(&srv->lock);
-        if (r) MHD_destroy_response(r); /* never queued: no sse_free call */
         cx->j = NULL;
         job_release(j);
         return send_error(srv, c, cx->ep, &e, NULL);
     }
-    if (!r) {
-        /* non-streamed: wait for the whole answer; the worker resumes us */
+    if (!j->req.stream) {
+        /* wait for the whole answer; the worker resumes us */
         j->suspended = true;
         MHD_suspend_connection(c);
         pthread_mutex_unlock(&srv->lock);
         return MHD_YES;
     }
-    j->refs++; /* the response's reference, dropped by sse_free */
+    /* the response's reference, dropped by sse_free when libmicrohttpd destroys it; what the
+     * worker streams before the response is queued waits in j->out */
+    j->refs++;
     pthread_mutex_unlock(&srv->lock);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
+    if (!r) {
+        job_release(j);
+        return MHD_NO; /* the completion callback cancels the job */
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    /* reverse proxies (nginx) would otherwise buffer the events */
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     pthread_mutex_lock(&srv->lock);

@@ -9,6 +9,7 @@
 #include "tools/cachesim.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,17 +28,38 @@ int sim_policy_is_cold(sim_policy p) {
     return !(p == SIM_LRU_WARM || p == SIM_ENGINE_WARM || p == SIM_BELADY_WARM);
 }
 
-int sim_keys_from_trace(const trace *t, int seq, sim_keys *out) {
+int sim_keys_from_trace(const trace *t, int seq, sim_phase phase, sim_keys *out) {
     memset(out, 0, sizeof *out);
     out->n_layer = (int)t->n_layer;
     out->n_expert = (int)t->n_expert;
     out->keys = malloc((t->n_records * t->k + 1) * sizeof *out->keys);
-    if (!out->keys) return -1;
-    for (size_t i = 0; i < t->n_records; i++) {
-        if (seq >= 0 && t->seq[i] != seq) continue;
-        for (uint32_t j = 0; j < t->k; j++)
-            out->keys[out->n++] = t->layer[i] * t->n_expert + t->experts[i * t->k + j];
+    uint8_t *used = calloc(t->n_expert, 1);
+    if (!out->keys || !used) {
+        free(used);
+        return -1;
     }
+    for (size_t i = 0; i < t->n_records;) {
+        size_t j = i + 1; /* the run: same sequence and layer, consecutive positions */
+        while (j < t->n_records && t->seq[j] == t->seq[i] && t->layer[j] == t->layer[i] &&
+               t->pos[j] == t->pos[j - 1] + 1)
+            j++;
+        const bool decode = j - i == 1;
+        if ((seq < 0 || t->seq[i] == seq) &&
+            (phase == SIM_PHASE_ALL || (phase == SIM_PHASE_DECODE) == decode)) {
+            const size_t first = out->n;
+            for (size_t r = i; r < j; r++)
+                for (uint32_t s = 0; s < t->k; s++) {
+                    const uint16_t e = t->experts[r * t->k + s];
+                    if (!used[e]) {
+                        used[e] = 1;
+                        out->keys[out->n++] = t->layer[i] * t->n_expert + e;
+                    }
+                }
+            for (size_t q = first; q < out->n; q++) used[out->keys[q] % t->n_expert] = 0;
+        }
+        i = j;
+    }
+    free(used);
     return 0;
 }
 
@@ -368,7 +390,7 @@ int sim_write_svg(const char *path, const sim_keys *k, const int *caps, int n_ca
     const double pw = W - L - R, ph = H - T - B, all = (double)n_keys_of(k);
     double xmax = 0;
     for (int c = 0; c < n_cap; c++) xmax = caps[c] / all * 100 > xmax ? caps[c] / all * 100 : xmax;
-    xmax = xmax <= 0 ? 100 : xmax;
+    xmax = xmax <= 0 ? 100 : ceil(xmax / 10.0) * 10.0; /* round ticks */
     fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
     fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");

@@ -39,8 +39,14 @@ typedef struct sim_keys {
     int n_layer, n_expert;
 } sim_keys;
 
-/* The access sequence of a trace; seq < 0: all sequences, else only that one. */
-int sim_keys_from_trace(const trace *t, int seq, sim_keys *out);
+/* Which MoE calls to replay. A run of consecutive records of one sequence and layer is one
+ * forward pass over several tokens (a prompt chunk); a run of one record is a decode step. */
+typedef enum sim_phase { SIM_PHASE_ALL, SIM_PHASE_DECODE, SIM_PHASE_PREFILL } sim_phase;
+
+/* The access sequence of a trace, as the engine acquires experts: per forward pass and layer,
+ * each distinct routed expert once, in first-use order (token by token, slot by slot: what
+ * models/moe.c does). seq < 0: all sequences, else only that one. */
+int sim_keys_from_trace(const trace *t, int seq, sim_phase phase, sim_keys *out);
 void sim_keys_free(sim_keys *k);
 /* Distinct experts used (the cold-miss floor: no cache can hit their first use). */
 size_t sim_distinct(const sim_keys *k);

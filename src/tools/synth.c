@@ -131,7 +131,7 @@ static int cmp_name(const void *a, const void *b) {
 /* Tensors in llama-quantize's output order (by layer, then by name), with their types. */
 static int build_plan(plan *pl, const synth_preset *p, synth_mix mix, char *err, size_t n) {
     const int64_t E = p->n_embd, V = p->n_vocab;
-    if (!add(pl, ROLE_OUTPUT, 3.0f / sqrtf((float)E), -1, 2, E, V, 1, "output.weight") ||
+    if (!add(pl, ROLE_OUTPUT, 2.0f / sqrtf((float)E), -1, 2, E, V, 1, "output.weight") ||
         !add(pl, ROLE_NORM, 0, -1, 1, E, 1, 1, "output_norm.weight") ||
         !add(pl, ROLE_EMBD, 1.0f, -1, 2, E, V, 1, "token_embd.weight"))
         goto oom;
@@ -501,6 +501,18 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
     uint64_t data_bytes = 0;
     for (int i = 0; i < pl.n; i++) data_bytes += (pl.t[i].nbytes + 31) / 32 * 32;
     const uint64_t file_bytes = hlen + data_bytes;
+    if (!o->dry_run) {
+        /* write to a temporary name, renamed only when complete; opened before anything is
+         * reported so that an unwritable path is the only message */
+        snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
+        fp = fopen(tmp, "wb");
+        if (!fp) {
+            snprintf(err, n, "%s: %s", tmp, strerror(errno));
+            tmp[0] = 0;
+            free(hbuf);
+            goto done;
+        }
+    }
     if (log) {
         fprintf(log, "synth: %s %s (%s), seed %llu, routing skew %.2f, vocabulary %s\n", p->name,
                 synth_mix_name((synth_mix)mix), synth_arch_name(p->arch),
@@ -510,15 +522,6 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
     if (o->dry_run) {
         free(hbuf);
         rc = 0;
-        goto done;
-    }
-    /* write to a temporary name; rename only when complete */
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
-    fp = fopen(tmp, "wb");
-    if (!fp) {
-        snprintf(err, n, "%s: %s", tmp, strerror(errno));
-        tmp[0] = 0;
-        free(hbuf);
         goto done;
     }
     bool hok = fwrite(hbuf, 1, hlen, fp) == hlen && fflush(fp) == 0;

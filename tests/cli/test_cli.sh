@@ -74,7 +74,29 @@ expect_exit "token id out of range" 1 "$SLUICE" logits -m "$MODELS/stories260K.g
 expect_exit "unwritable output" 1 "$SLUICE" logits -m "$MODELS/stories260K.gguf" -p hi -o /nonexistent/dir/x.f32
 expect_exit "context too small" 1 "$SLUICE" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -c 2
 
-# 7. help documents every flag of every command
+# 7. memory plan flags, repack and verify
+Q4="$DATA/qwen3moe-tiny-Q4_K_M.gguf"
+"$SLUICE" run -m "$Q4" --plan >"$work/plan" 2>&1; check "--plan exits 0" $?
+grep -q "^plan: resident" "$work/plan"; check "--plan prints the table" $?
+"$SLUICE" logits -m "$Q4" --plan --json --stream >"$work/plan.json"; check "--plan --json exits 0" $?
+grep -q '"mode":"stream"' "$work/plan.json" && grep -q '"floor_slots":5' "$work/plan.json"; check "plan JSON" $?
+expect_exit "--cache below the floor" 1 "$SLUICE" run -m "$Q4" -p hi -n 1 --cache 3x
+expect_exit "budget below the floor" 1 "$SLUICE" run -m "$Q4" -p hi -n 1 --stream --mem-budget 100M
+expect_exit "--resident with --stream" 2 "$SLUICE" run -m "$Q4" -p hi --resident --stream
+expect_exit "bad --io" 2 "$SLUICE" run -m "$Q4" -p hi --io fast
+expect_exit "bad --cache" 2 "$SLUICE" run -m "$Q4" -p hi --cache lots
+"$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 >"$work/res.txt" 2>/dev/null
+"$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 --cache 5x --no-prefetch >"$work/str.txt" 2>/dev/null
+cmp -s "$work/res.txt" "$work/str.txt"; check "streamed run prints the resident text" $?
+"$SLUICE" repack -q "$Q4" "$work/store.gguf"; check "repack" $?
+"$SLUICE" verify -q "$work/store.gguf" | grep -q "expert-major store OK"; check "verify a store" $?
+"$SLUICE" verify -q "$Q4" | grep -q "plain GGUF"; check "verify a plain file" $?
+"$SLUICE" run -m "$work/store.gguf" -p "Hello" -n 12 --temp 0 --stream --verify-reads >"$work/st2.txt" 2>/dev/null
+cmp -s "$work/res.txt" "$work/st2.txt"; check "the store streams the same text" $?
+expect_exit "repack a store again" 1 "$SLUICE" repack -q "$work/store.gguf" "$work/again.gguf"
+expect_exit "repack a missing file" 1 "$SLUICE" repack -q "$work/none.gguf" "$work/x.gguf"
+
+# 8. help documents every flag of every command
 "$SLUICE" --help >"$work/help" && grep -q "run" "$work/help"; check "sluice --help" $?
 for cmd in $("$SLUICE" --help | awk '/^commands:/{f=1;next} f && !NF {f=0} f {print $1}'); do
   "$SLUICE" "$cmd" --help >"$work/h.$cmd" 2>&1; check "sluice $cmd --help" $?

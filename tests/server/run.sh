@@ -3,12 +3,13 @@
 # a malformed-request battery, disconnect cancellation, 503 backpressure, a bounded load test
 # with RSS before/after, and clean shutdown (exit 0; under ASan also no leaks).
 #
-# usage: run.sh SLUICE_BINARY SOURCE_DIR WORK_DIR [SANITIZED(0|1)]
+# usage: run.sh SLUICE_BINARY SOURCE_DIR WORK_DIR [SANITIZED(0|1) [TEST_SERVER_TEXT_BINARY]]
+# (the last writes a model with a chat template, for the thinking switch)
 # Servers listen on ephemeral ports (--port 0) and are stopped by the EXIT trap on any failure.
 # SLUICE_SKIP_NODE=1 skips the npm client part (for machines without a registry).
 set -euo pipefail
 
-BIN=$1 SRC=$2 WORK=$3 SAN=${4:-0}
+BIN=$1 SRC=$2 WORK=$3 SAN=${4:-0} UNIT=${5:-}
 mkdir -p "$WORK"
 QWEN=$SRC/tests/data/qwen3moe-tiny-Q4_K_M.gguf
 LOAD_CLIENTS=8 LOAD_REQUESTS=50
@@ -109,7 +110,7 @@ grep -q '"finish_reason":"length".*"usage":{"prompt_tokens":5,"completion_tokens
   fail "completion: $(cat "$WORK/body")"
 expect 200 POST "$S/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":8,"stream":true}'
-grep -q '^data: {"id":"chatcmpl-' "$WORK/body" && [ "$(tail -c 15 "$WORK/body")" = $'data: [DONE]\n\n' ] ||
+grep -q '^data: {"id":"chatcmpl-' "$WORK/body" && [ "$(grep -v '^$' "$WORK/body" | tail -n 1)" = 'data: [DONE]' ] ||
   fail "SSE stream: $(cat "$WORK/body")"
 curl -s -D "$WORK/headers" -o /dev/null "$S/v1/completions" -d '{"prompt":"a","max_tokens":2,"stream":true}'
 grep -qi '^content-type: text/event-stream' "$WORK/headers" || fail "stream content type: $(cat "$WORK/headers")"
@@ -178,10 +179,12 @@ expect 404 GET "$S/nope"
 expect 404 POST "$S/v1/chat/completions/extra" -d '{}'
 expect 404 GET "$S/v1/models/some-model"
 # broken HTTP from a raw socket: libmicrohttpd answers or closes; the server must survive
-raw() {
-  local port=${S##*:}
-  { exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%b' "$1" >&3 && timeout 2 cat <&3 >/dev/null; exec 3>&-; } 2>/dev/null || true
-}
+raw() ( # a subshell: the server may close while we write, and SIGPIPE must not end the script
+  trap '' PIPE
+  exec 3<>"/dev/tcp/127.0.0.1/${S##*:}" || exit 0
+  printf '%b' "$1" >&3 2>/dev/null || true
+  timeout 2 cat <&3 >/dev/null 2>&1 || true
+)
 raw 'GARBAGE\r\n\r\n'
 raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}'
 raw 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt":'
@@ -207,6 +210,28 @@ else
   NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/server/openai_test.cjs" "$URL_stories" "$URL_chatml" ||
     fail "openai client tests"
   pass "openai npm client ($(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$NODE_DIR/node_modules/openai/package.json"))"
+fi
+
+# ---- thinking on/off with a Qwen3-style template ---------------------------------------
+if [ -n "$UNIT" ]; then
+  "$UNIT" --write-template-model "$WORK/qwen3-template.gguf" || fail "writing the template model"
+  start_server think -m "$WORK/qwen3-template.gguf"
+  start_server nothink -m "$WORK/qwen3-template.gguf" --no-thinking
+  grep -q 'chat format chatml, thinking optional (off: empty think block)' "$WORK/think.log" ||
+    fail "template not recognized: $(head -n 1 "$WORK/think.log")"
+  prompt_tokens() { # URL EXTRA_FIELDS
+    curl -s "$1/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1$2}" |
+      sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p'
+  }
+  off_kw=',"chat_template_kwargs":{"enable_thinking":false}'
+  on_kw=',"chat_template_kwargs":{"enable_thinking":true}'
+  on=$(prompt_tokens "$URL_think" "") off=$(prompt_tokens "$URL_think" "$off_kw")
+  def_off=$(prompt_tokens "$URL_nothink" "") on2=$(prompt_tokens "$URL_nothink" "$on_kw")
+  [ -n "$on" ] && [ -n "$off" ] && [ "$off" -gt "$on" ] && [ "$def_off" = "$off" ] && [ "$on2" = "$on" ] ||
+    fail "thinking switch: prompt tokens on=$on off=$off --no-thinking=$def_off, then on=$on2"
+  stop_server think
+  stop_server nothink
+  pass "thinking switch: chat_template_kwargs.enable_thinking and --no-thinking ($on vs $off prompt tokens)"
 fi
 
 # ---- disconnects cancel generation; a full queue answers 503 ------------------------------
@@ -243,11 +268,11 @@ load_client() { # id count
   for k in $(seq 1 "$2"); do
     case $((k % 3)) in
       0) body='{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":8}'
-         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/chat/completions" -d "$body") ;;
+         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/chat/completions" -d "$body" || true) ;;
       1) body='{"prompt":"The little dog","max_tokens":8,"stream":true}'
-         code=$(curl -s -N -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body") ;;
+         code=$(curl -s -N -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body" || true) ;;
       2) body='{"prompt":"Lily saw a bird","max_tokens":8,"stop":["."]}'
-         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body") ;;
+         code=$(curl -s -o /dev/null -w '%{http_code}' "$S/v1/completions" -d "$body" || true) ;;
     esac
     echo "$code"
   done >"$WORK/load-$1.codes"
@@ -263,9 +288,8 @@ t0=$(date +%s.%N)
 run_load "$LOAD_CLIENTS" "$LOAD_REQUESTS"
 t1=$(date +%s.%N)
 rss1=$(rss_kb "$PID_stories")
-total=$(cat "$WORK"/load-*.codes | wc -l)
-ok=$(grep -c '^200$' "$WORK"/load-*.codes | awk -F: '{s += $2} END {print s}')
-busy=$(grep -c '^503$' "$WORK"/load-*.codes | awk -F: '{s += $2} END {print s}')
+read -r total ok busy < <(cat "$WORK"/load-*.codes |
+  awk '$1 == 200 {o++} $1 == 503 {b++} END {print NR, o + 0, b + 0}')
 other=$((total - ok - busy))
 secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
 echo "load: $LOAD_CLIENTS clients x $LOAD_REQUESTS requests = $total in ${secs}s: $ok x 200, $busy x 503, $other other"
@@ -275,6 +299,19 @@ echo "load: VmRSS before ${rss0} kB, after ${rss1} kB (growth $((rss1 - rss0)) k
 [ $((rss1 - rss0)) -le "$RSS_SLACK_KB" ] || fail "load: RSS grew from $rss0 to $rss1 kB"
 alive stories
 pass "load test"
+# the same clients against a queue of 2: the overflow must be clean 503s, nothing else
+start_server tight --queue 2 -c 512
+S=$URL_tight
+run_load "$LOAD_CLIENTS" 10
+read -r total ok busy < <(cat "$WORK"/load-*.codes |
+  awk '$1 == 200 {o++} $1 == 503 {b++} END {print NR, o + 0, b + 0}')
+echo "load, --queue 2: $total requests: $ok x 200, $busy x 503, $((total - ok - busy)) other"
+[ $((ok + busy)) = "$total" ] && [ "$ok" -gt 0 ] && [ "$busy" -gt 0 ] ||
+  fail "load with --queue 2: $(sort "$WORK"/load-*.codes | uniq -c | tr '\n' ' ')"
+[ "$(metric "$S" sluice_requests_rejected_total)" = "$busy" ] || fail "rejected_total != 503s"
+alive tight
+stop_server tight
+pass "overload answers 503 only"
 
 stop_server stories
 stop_server chatml

@@ -1,10 +1,91 @@
 /* Unit tests of the server's pure parts: UTF-8 hold-back and repair, stop sequences split
- * across tokens, ChatML rendering and thinking detection, request validation. The HTTP side is
- * tested end to end by run.sh. */
+ * across tokens, ChatML rendering and thinking detection, chat-template discovery from a GGUF,
+ * request validation. The HTTP side is tested end to end by run.sh.
+ *
+ * `test_server_text --write-template-model OUT` writes the tiny qwen3moe model with a Qwen3-style
+ * chat template added (run.sh serves it to test thinking over HTTP). */
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "formats/gguf_write.h"
 #include "server/internal.h"
+
+#define TINY_QWEN SLUICE_TEST_DATA "/qwen3moe-tiny-Q4_K_M.gguf"
+#define STORIES SLUICE_SOURCE_DIR "/models/stories260K.gguf"
+
+/* The shape of Qwen3's hybrid-thinking template (written for this test): ChatML turns and a
+ * generation prompt that closes an empty think block when enable_thinking is false. */
+static const char QWEN3_STYLE_TEMPLATE[] =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n"
+    "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+    "        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n{%- endif %}\n";
+
+static int write_template_model(const char *src, const char *dst) {
+    char err[256];
+    gguf_file *f = gguf_open(src, err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    gguf_writer *w = gguf_writer_new();
+    int rc = w ? 0 : -1;
+    if (w) gguf_w_set_alignment(w, (uint32_t)f->alignment);
+    for (uint64_t i = 0; rc == 0 && i < f->n_kv; i++)
+        if (strcmp(f->kv[i].key, "tokenizer.chat_template") != 0) rc = gguf_w_copy_kv(w, &f->kv[i]);
+    if (rc == 0) rc = gguf_w_str(w, "tokenizer.chat_template", QWEN3_STYLE_TEMPLATE);
+    for (uint64_t i = 0; rc == 0 && i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) < 0) rc = -1;
+    }
+    if (rc == 0) rc = gguf_writer_save(w, dst);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+static void test_template_discovery(void) {
+    char path[] = "/tmp/sluice-test-template-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    CHECK(write_template_model(TINY_QWEN, path) == 0);
+    sluice_model *m = sluice_model_load(path, NULL);
+    CHECKF(m != NULL, "%s", sluice_last_error());
+    if (m) {
+        CHECK(sluice_model_chat_format(m) == SLUICE_CHAT_CHATML);
+        int n = sluice_model_chat_template(m, NULL, 0);
+        CHECK(n == (int)strlen(QWEN3_STYLE_TEMPLATE));
+        char small[8];
+        CHECK(sluice_model_chat_template(m, small, sizeof small) == n);
+        CHECK(strcmp(small, "{%- for") == 0);
+        chat_template t;
+        chat_template_init(&t, m, -1);
+        CHECK(t.format == SLUICE_CHAT_CHATML && t.think == THINK_HYBRID && !t.from_vocab);
+        CHECK(t.strip_reasoning);
+        chat_template_init(&t, m, SLUICE_CHAT_NONE);
+        CHECK(t.format == SLUICE_CHAT_NONE);
+        sluice_model_free(m);
+    }
+    unlink(path);
+    /* no template: ChatML from the vocabulary (tiny qwen), plain (stories260K) */
+    m = sluice_model_load(TINY_QWEN, NULL);
+    if (m) {
+        CHECK(sluice_model_chat_template(m, NULL, 0) == -1);
+        CHECK(sluice_model_chat_format(m) == SLUICE_CHAT_CHATML);
+        chat_template t;
+        chat_template_init(&t, m, -1);
+        CHECK(t.from_vocab && t.think == THINK_NONE);
+        sluice_model_free(m);
+    }
+    m = sluice_model_load(STORIES, NULL);
+    CHECK(m && sluice_model_chat_format(m) == SLUICE_CHAT_NONE);
+    sluice_model_free(m);
+}
 
 /* Feed pieces one by one; return everything released (stream + finish). */
 static char *feed(const char *const *pieces, int n, const char *const *stops, int n_stop,
@@ -196,10 +277,13 @@ static void test_api(void) {
     expect_400(API_COMPLETION, "{}", "prompt");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-template-model") == 0)
+        return write_template_model(TINY_QWEN, argv[2]) == 0 ? 0 : 1;
     test_utf8();
     test_stops();
     test_chat();
     test_api();
+    test_template_discovery();
     CHECK_DONE();
 }

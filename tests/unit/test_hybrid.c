@@ -11,7 +11,8 @@
  * 4. qwen3next: the fixture rewritten as a qwen3next file (value heads in grouped order, fused
  *    ssm_ba; once with attn_qkv + attn_gate, once with the legacy fused ssm_in) must give the
  *    qwen35moe logits at every prompt position within 1e-5 relative (only the summation order
- *    of the permuted ssm_out columns differs). */
+ *    of the permuted ssm_out columns differs).
+ * 5. An appended MTP block and the layer pattern as a flag array leave the main pass as is. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +328,74 @@ static uint8_t *make_qwen3next(const char *path, bool legacy, size_t *len) {
     return out;
 }
 
+/* The fixture with an MTP block appended (block_count 3, nextn_predict_layers 1, blk.2 a copy
+ * of blk.1 plus nextn tensors) and the layer pattern given as a per-layer flag array instead of
+ * full_attention_interval: the main pass must not change a bit. */
+static uint8_t *make_mtp_flags(const char *path, size_t *len) {
+    char err[256];
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    if (!g) return NULL;
+    gguf_writer *w = gguf_writer_new();
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        if (strcmp(kv->key, "qwen35moe.full_attention_interval") == 0) continue;
+        if (strcmp(kv->key, "qwen35moe.block_count") == 0) CHECK(gguf_w_u32(w, kv->key, 3) == 0);
+        else CHECK(gguf_w_copy_kv(w, kv) == 0);
+    }
+    const uint8_t flags[3] = {1, 0, 0}; /* the MTP block is attention */
+    CHECK(gguf_w_u32(w, "qwen35moe.nextn_predict_layers", 1) == 0);
+    CHECK(gguf_w_arr(w, "qwen35moe.attention.recurrent_layers", GGUF_VT_BOOL, flags, 3) == 0);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (strncmp(t->name, "blk.1.", 6) != 0) continue;
+        char name[96];
+        snprintf(name, sizeof name, "blk.2.%s", t->name + 6);
+        gguf_w_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    const int E = 256;
+    float *eh = calloc((size_t)2 * E * E, sizeof *eh), *ones = malloc(E * sizeof *ones);
+    for (int i = 0; i < E; i++) ones[i] = 1.0f;
+    const int64_t ne_eh[2] = {2 * E, E}, ne_n[1] = {E};
+    gguf_w_tensor(w, "blk.2.nextn.eh_proj.weight", 0, 2, ne_eh, eh);
+    gguf_w_tensor(w, "blk.2.nextn.enorm.weight", 0, 1, ne_n, ones);
+    gguf_w_tensor(w, "blk.2.nextn.hnorm.weight", 0, 1, ne_n, ones);
+    uint8_t *out = NULL;
+    CHECK(gguf_writer_to_memory(w, &out, len) == 0);
+    gguf_writer_free(w);
+    free(eh);
+    free(ones);
+    gguf_close(g);
+    return out;
+}
+
+static void test_mtp_and_flags(const char *path, sluice_model *ref_model, const int32_t *ids,
+                               int n) {
+    const int V = ref_model->hp.n_vocab;
+    size_t len = 0;
+    uint8_t *bytes = make_mtp_flags(path, &len);
+    CHECK(bytes != NULL);
+    if (!bytes) return;
+    sluice_model *m = sluice_model_load_memory(bytes, len, "with-mtp", NULL);
+    CHECKF(m != NULL, "load: %s", sluice_last_error());
+    if (m) {
+        CHECK(m->hp.n_layer == 2 && m->layers[0].recurrent && !m->layers[1].recurrent);
+        float *ref = eval_internal(ref_model, ids, n, n, 0);
+        float *lg = eval_internal(m, ids, n, n, 0);
+        const bool same = memcmp(ref, lg, (size_t)n * V * sizeof *lg) == 0;
+        printf("MTP block + recurrent_layers flag array: main pass bit-identical: %s\n",
+               same ? "yes" : "NO");
+        CHECK(same);
+        free(ref);
+        free(lg);
+        sluice_model_free(m);
+    }
+    free(bytes);
+}
+
 static void test_qwen3next(const char *path, sluice_model *ref_model, const int32_t *ids, int n) {
     const int V = ref_model->hp.n_vocab;
     float *ref = eval_internal(ref_model, ids, n, n, 0);
@@ -377,6 +446,7 @@ int main(void) {
         test_equivalence(m, ids, n);
         test_reset_and_bytes(m, ids, n);
         test_qwen3next(path, m, ids, n);
+        test_mtp_and_flags(path, m, ids, n);
     }
     free(ids);
     sluice_model_free(m);

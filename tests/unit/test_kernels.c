@@ -5,7 +5,8 @@
  *     encoder from random floats of many magnitudes;
  *   - every activation encoder (Q8_0, Q8_1, Q8_K, F16, BF16): identical bytes, including
  *     values that land exactly on rounding ties, zero blocks, repeated maxima of both signs;
- *   - every tile kernel: each output equals the single-row reference dot.
+ *   - every tile kernel: each output equals the single-row reference dot;
+ *   - the attention kernel against its scalar definition (kernel_attn_ref).
  * Prints how many comparisons ran per level. */
 #include <math.h>
 #include <stdio.h>
@@ -99,7 +100,7 @@ static void check_dots(rng *r, kernel_isa isa) {
     enum { NMAX = 8192 + 256 };
     static float x[NMAX];
     static uint8_t w[NMAX * 4 * 4], a[NMAX * 4 * 4];
-    static float out[16 * 16];
+    static float out[16 * 64];
     for (uint32_t type = 0; type < GGML_TYPE_COUNT; type++) {
         const quant_traits *t = quant_traits_of(type);
         if (!t || !t->dot) continue;
@@ -126,20 +127,25 @@ static void check_dots(rng *r, kernel_isa isa) {
                        kernel_isa_name(isa), t->name, (long long)n, got, fbits(got), ref, fbits(ref));
             }
         }
-        /* tiles: a few rows x tokens against the dots */
-        kernel_tile_fn tile = kernel_tile(type);
+        /* tiles: rows x tokens (packed in two halves, as threads would) against the dots */
+        const kernel_tile *tile = kernel_tile_of(type);
         if (!tile) continue;
-        for (int rep = 0; rep < 6; rep++) {
-            int64_t n = be == 1 ? 64 * (1 + rep) + rep : be * (1 + rnd(r) % (be >= 256 ? 12 : 40));
-            int rows = 1 + (int)(rnd(r) % 16), toks = 1 + (int)(rnd(r) % 16);
+        for (int rep = 0; rep < 8; rep++) {
+            int64_t n = be * (1 + rnd(r) % (be >= 256 ? 12 : 40));
+            int rows = 1 + (int)(rnd(r) % 11), toks = 1 + (int)(rnd(r) % (rep < 4 ? 16 : 40));
             size_t ws = quant_row_bytes(type, n), as = quant_row_bytes(t->act_type, n);
-            if (ws * rows > sizeof w || as * toks > sizeof a) continue;
+            size_t pb = tile->packed_bytes(n, toks);
+            if (ws * rows > sizeof w || as * toks > sizeof a || (size_t)toks * 16 > sizeof out / sizeof out[0]) continue;
+            uint8_t *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
             for (int i = 0; i < rows; i++) rnd_weights(r, type, w + i * ws, n, x);
             for (int i = 0; i < toks; i++) {
                 rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
                 at->quantize(x, a + i * as, n);
             }
-            tile(n, w, ws, rows, a, as, toks, out, 16);
+            int mid = (toks + 15) / 16 / 2 * 16;
+            tile->pack(n, a, as, toks, 0, mid, packed);
+            tile->pack(n, a, as, toks, mid, toks, packed);
+            tile->run(n, w, ws, rows, packed, toks, out, 16);
             for (int i = 0; i < rows; i++)
                 for (int k = 0; k < toks; k++) {
                     float ref = t->dot(n, w + i * ws, a + k * as), got = out[k * 16 + i];
@@ -147,6 +153,7 @@ static void check_dots(rng *r, kernel_isa isa) {
                     CHECKF(fbits(ref) == fbits(got), "%s %s tile n=%lld r%d t%d: %.9g vs %.9g",
                            kernel_isa_name(isa), t->name, (long long)n, i, k, got, ref);
                 }
+            free(packed);
         }
     }
 }
@@ -199,6 +206,40 @@ static void check_encoders(rng *r, kernel_isa isa) {
     }
 }
 
+/* The attention kernel against kernel_attn_ref (bit for bit), and exp_s against expf. */
+static void check_attention(rng *r, kernel_isa isa) {
+    enum { NKV = 300, HD = 128, G = 8 };
+    static float q[G * HD], k[NKV * 2 * HD], v[NKV * 2 * HD], ref[G * HD], got[G * HD], work[G * KERNEL_ATTN_TILE];
+    kernel_attn_fn fn = kernel_attn();
+    const int hds[] = {8, 16, 64, 128, 48};
+    for (int rep = 0; rep < 40; rep++) {
+        int hd = hds[rep % 5], g = 1 + (int)(rnd(r) % G), n_kv = 1 + (int)(rnd(r) % NKV);
+        size_t ks = (size_t)(rep % 2 ? 2 * hd : hd); /* rows of several KV heads or one */
+        float mag = rep % 3 == 0 ? 8.0f : 1.0f;
+        for (int i = 0; i < g * hd; i++) q[i] = rnd_unit(r) * mag;
+        for (size_t i = 0; i < (size_t)n_kv * ks; i++) {
+            k[i] = rnd_unit(r);
+            v[i] = rnd_unit(r);
+        }
+        float scale = 1.0f / sqrtf((float)hd);
+        kernel_attn_ref(q, (size_t)hd, g, k, ks, v, ks, n_kv, hd, hd, scale, ref, (size_t)hd, work);
+        fn(q, (size_t)hd, g, k, ks, v, ks, n_kv, hd, hd, scale, got, (size_t)hd, work);
+        n_checks++;
+        int bad = -1;
+        for (int i = 0; i < g * hd && bad < 0; i++)
+            if (fbits(ref[i]) != fbits(got[i])) bad = i;
+        CHECKF(bad < 0, "%s attention hd=%d G=%d n_kv=%d: element %d %.9g vs %.9g", kernel_isa_name(isa), hd, g,
+               n_kv, bad, bad >= 0 ? got[bad] : 0.0f, bad >= 0 ? ref[bad] : 0.0f);
+    }
+    double worst = 0.0;
+    for (float x = -87.0f; x <= 0.0f; x += 0.001f) {
+        double e = fabs((double)kernel_exp_s(x) - exp((double)x)) / exp((double)x);
+        if (e > worst) worst = e;
+    }
+    CHECKF(worst < 3e-7, "exp_s relative error %.3g", worst);
+    CHECK(kernel_exp_s(-INFINITY) == 0.0f && kernel_exp_s(0.0f) == 1.0f);
+}
+
 int main(void) {
     kernel_isa best = kernel_isa_best();
     printf("best level: %s, AMX %s\n", kernel_isa_name(best), kernel_amx_usable() ? "usable" : "not usable");
@@ -209,6 +250,7 @@ int main(void) {
         long before = n_checks;
         check_encoders(&r, isa);
         check_dots(&r, isa);
+        check_attention(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
     }
     kernel_isa_force(best);

@@ -979,8 +979,9 @@ static void test_weight_roundtrip(void) {
  * (b) pins the float association inside each block's term and each accumulation step, which a
  * long row can hide (a one-ulp change of one term is often absorbed by the running sum). Entries marked
  * "= ggml generic" were checked to be bit-identical, row, every block and every prefix, to ggml's generic CPU
- * vec_dot (ggml-cpu/quants.c) on the same bytes; the plain-float ones pin sluice's own
- * documented order. */
+ * vec_dot (ggml-cpu/quants.c) on the same bytes; the plain-float ones and those marked "sluice
+ * order" (Q3_K..Q6_K, IQ4_XS: one exact integer per super-block, see quant_kquants.c) pin
+ * sluice's own documented order, which the SIMD kernels reproduce (tests/unit/test_kernels.c). */
 
 enum { GOLDEN_N = 8192 };
 
@@ -1022,17 +1023,17 @@ static const struct {
     {GGML_TYPE_Q5_1, 0x469abe1fu, 0x5a054148c046a20eull}, /* 19807.0605 (= ggml generic) */
     {GGML_TYPE_Q8_0, 0xc6312d69u, 0x2df055eebc2b559eull}, /* -11339.3525 (= ggml generic) */
     {GGML_TYPE_Q2_K, 0xc5b43f4au, 0x3f944a2fe058a286ull}, /* -5767.91113 (= ggml generic) */
-    {GGML_TYPE_Q3_K, 0xc6fbb4c7u, 0xf969fe4b90ed9ea7ull}, /* -32218.3887 (= ggml generic) */
-    {GGML_TYPE_Q4_K, 0x4823cec3u, 0xd4d86a57fd9911cbull}, /* 167739.047 (= ggml generic) */
-    {GGML_TYPE_Q5_K, 0x488d54b1u, 0x57bd73d2f8d815c3ull}, /* 289445.531 (= ggml generic) */
-    {GGML_TYPE_Q6_K, 0xc84eb616u, 0x0eb3311b7721aad6ull}, /* -211672.344 (= ggml generic) */
+    {GGML_TYPE_Q3_K, 0xc6fbb4c7u, 0x6ce5ed273686a7fcull}, /* -32218.3887 (sluice order) */
+    {GGML_TYPE_Q4_K, 0x4823cec0u, 0x8cf82cd33a9ee9a0ull}, /* 167739 (sluice order) */
+    {GGML_TYPE_Q5_K, 0x488d54b2u, 0x4ea2b5f7f043c272ull}, /* 289445.562 (sluice order) */
+    {GGML_TYPE_Q6_K, 0xc84eb611u, 0x7df5fa072ff886acull}, /* -211672.266 (sluice order) */
     {GGML_TYPE_IQ2_XXS, 0x46bc6b9eu, 0xa1c26a7c560c091dull}, /* 24117.8086 (= ggml generic) */
     {GGML_TYPE_IQ2_XS, 0x46b6b0f7u, 0x000ffdaccf683194ull}, /* 23384.4824 (= ggml generic) */
     {GGML_TYPE_IQ2_S, 0x4734d6eau, 0x9090bd87a3522763ull}, /* 46294.9141 (= ggml generic) */
     {GGML_TYPE_IQ3_XXS, 0x474de448u, 0x8d0ef74b5a6e3b61ull}, /* 52708.2812 (= ggml generic) */
     {GGML_TYPE_IQ3_S, 0x47aa4c10u, 0x9f32e3639ab0e47aull}, /* 87192.125 (= ggml generic) */
     {GGML_TYPE_IQ4_NL, 0xc75de082u, 0x44d59a21ac8dda22ull}, /* -56800.5078 (= ggml generic) */
-    {GGML_TYPE_IQ4_XS, 0x49824592u, 0xd222323b4d764c52ull}, /* 1067186.25 (= ggml generic) */
+    {GGML_TYPE_IQ4_XS, 0x49824592u, 0xaed724f81d1c442dull}, /* 1067186.25 (sluice order) */
     {GGML_TYPE_MXFP4, 0x4771c404u, 0x0e6e1d6494f70219ull}, /* 61892.0156 (= ggml generic) */
     {GGML_TYPE_Q2_0, 0x43e903b0u, 0xbee20cd744b9a11full}, /* 466.028809 (= ggml generic) */
 };

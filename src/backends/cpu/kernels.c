@@ -3,6 +3,7 @@
  * implements, so a missing kernel always falls back to a slower but identical one. */
 #include "backends/cpu/kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,8 @@ static bool request_amx(void) {
 static void detect(void) {
     uint32_t a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
-    bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
-    if (!osxsave || !avx || !f16c) return;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29), fma = c & (1u << 12);
+    if (!osxsave || !avx || !f16c || !fma) return;
     uint64_t xcr0 = xgetbv0();
     if ((xcr0 & 0x6) != 0x6) return; /* the OS saves XMM and YMM state */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
@@ -62,6 +63,7 @@ static void init(void) {
         s->dot[t] = qt->dot;
         s->quantize[t] = qt->quantize;
     }
+    s->attn = kernel_attn_ref;
     detect();
 #if defined(__x86_64__)
     sets[KERNEL_ISA_AVX2] = sets[KERNEL_ISA_SCALAR];
@@ -122,9 +124,75 @@ quant_quantize_fn kernel_quantize(uint32_t act_type) {
     return act_type < GGML_TYPE_COUNT ? sets[cur_isa].quantize[act_type] : NULL;
 }
 
-kernel_tile_fn kernel_tile(uint32_t type) {
+const kernel_tile *kernel_tile_of(uint32_t type) {
     ensure_init();
     return type < GGML_TYPE_COUNT ? sets[cur_isa].tile[type] : NULL;
+}
+
+kernel_attn_fn kernel_attn(void) {
+    ensure_init();
+    return sets[cur_isa].attn;
+}
+
+/* ---- attention: the one algorithm (see kernels.h); SIMD versions must match it bit for bit */
+
+float kernel_exp_s(float x) {
+    if (!(x >= -87.0f)) return 0.0f; /* also -inf (the first tile's correction) */
+    float n = rintf(x * 1.44269504f);  /* round to nearest even */
+    float r = (x - n * 0.693145751953125f) - n * 1.42860677e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+static float attn_dot(const float *a, const float *b, int n) {
+    float s[16] = {0};
+    for (int i = 0; i < n; i++) s[i % 16] = fmaf(a[i], b[i], s[i % 16]);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
+void kernel_attn_ref(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
+                     size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
+                     float *work) {
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * q_stride;
+        float *o = out + (size_t)g * out_stride, *s = work + (size_t)g * KERNEL_ATTN_TILE;
+        float m = -INFINITY;
+        double l = 0.0;
+        for (int d = 0; d < hd_v; d++) o[d] = 0.0f;
+        for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {
+            int p1 = p0 + KERNEL_ATTN_TILE < n_kv ? p0 + KERNEL_ATTN_TILE : n_kv;
+            float mt = -INFINITY;
+            for (int p = p0; p < p1; p++) {
+                s[p - p0] = attn_dot(qg, k + (size_t)p * k_stride, hd) * scale;
+                mt = s[p - p0] > mt ? s[p - p0] : mt;
+            }
+            float mn = m > mt ? m : mt;
+            float c = kernel_exp_s(m - mn);
+            l = l * (double)c;
+            for (int d = 0; d < hd_v; d++) o[d] = o[d] * c;
+            for (int p = p0; p < p1; p++) {
+                float e = kernel_exp_s(s[p - p0] - mn);
+                l = l + (double)e;
+                const float *vp = v + (size_t)p * v_stride;
+                for (int d = 0; d < hd_v; d++) o[d] = fmaf(e, vp[d], o[d]);
+            }
+            m = mn;
+        }
+        float inv = (float)(1.0 / l);
+        for (int d = 0; d < hd_v; d++) o[d] = o[d] * inv;
+    }
 }
 
 float kernel_dot_f32(int64_t n, const float *a, const float *b) {

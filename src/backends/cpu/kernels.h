@@ -29,19 +29,52 @@ typedef enum kernel_isa {
     KERNEL_ISA_COUNT
 } kernel_isa;
 
-/* out[t * out_stride + r] = dot(row r of w, activation row t) for r < rows, t < toks: a tile of
- * a matrix product. Rows are w_stride bytes apart, activation rows a_stride bytes apart. A
- * kernel may reuse decoded weights across the tokens of the tile; each output equals the
- * single-row dot bit for bit. */
-typedef void (*kernel_tile_fn)(int64_t n, const void *w, size_t w_stride, int rows,
-                               const void *a, size_t a_stride, int toks, float *out,
-                               size_t out_stride);
+/* Prefill tiles. The activation rows of a matrix product are first PACKED once (a layout the
+ * tile kernel streams well; the packing depends only on the activation type), then the tile
+ * kernel computes out[t * out_stride + r] = dot(row r of w, activation row t) for r < rows,
+ * t < toks, decoding each weight row once for all the tokens. Every output equals the
+ * single-row reference dot bit for bit. */
+typedef struct kernel_tile {
+    size_t (*packed_bytes)(int64_t n, int toks);
+    /* pack tokens [t0, t1) of the toks rows (a_stride bytes apart) into dst; disjoint token
+     * ranges (multiples of 16) may be packed concurrently */
+    void (*pack)(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst);
+    void (*run)(int64_t n, const void *w, size_t w_stride, int rows, const void *packed, int toks,
+                float *out, size_t out_stride);
+} kernel_tile;
+
+/* Causal attention of one query position for G query heads that share one KV head, over
+ * cache positions 0..n_kv-1: out_g = sum_p softmax_p(scale * q_g . k_p) v_p. q_g at
+ * q + g * q_stride, out_g at out + g * out_stride; key p at k + p * k_stride, value p at
+ * v + p * v_stride (floats). work: G * KERNEL_ATTN_TILE floats.
+ *
+ * ONE algorithm for every context length, batch split, thread count and instruction set (the
+ * scalar definition is kernel_attn_ref in kernels.c): keys in tiles of KERNEL_ATTN_TILE from
+ * position 0; per tile the scores s_p = fl(dot(q, k_p) * scale) with dot = fused
+ * multiply-adds into 16 lanes by element index mod 16, folded pairwise (lane j += lane j+w for
+ * w = 8, 4, 2, 1); the running maximum m' = max(m, tile max); c = exp_s(m - m');
+ * l = l * c (l in double, as ggml sums softmax denominators); o = o * c; then per key in order
+ * e = exp_s(s_p - m'), l = l + e, o[d] = fma(e, v_p[d], o[d]); finally o[d] * float(1 / l). exp_s is a fixed polynomial exponential
+ * (kernels.c), evaluated with the same operations in scalar and vector code, so every level
+ * gives the same bits. */
+#define KERNEL_ATTN_TILE 64
+typedef void (*kernel_attn_fn)(const float *q, size_t q_stride, int G, const float *k, size_t k_stride,
+                               const float *v, size_t v_stride, int n_kv, int hd, int hd_v, float scale,
+                               float *out, size_t out_stride, float *work);
+void kernel_attn_ref(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
+                     size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
+                     float *work);
+/* The exponential of the attention algorithm: Cody-Waite reduction by ln 2, degree-7 Taylor
+ * polynomial in Horner form (separate multiplies and adds), scaled by 2^n; 0 below -87. */
+float kernel_exp_s(float x);
+kernel_attn_fn kernel_attn(void);
 
 /* The functions of one instruction-set level; NULL entries fall back to the level below. */
 typedef struct kernel_set {
+    kernel_attn_fn attn;
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */
-    kernel_tile_fn tile[GGML_TYPE_COUNT];
+    const kernel_tile *tile[GGML_TYPE_COUNT];
 } kernel_set;
 
 /* Per-level registration, implemented in kernels_avx2.c / kernels_avx512.c (x86-64 only). */
@@ -62,8 +95,8 @@ kernel_isa kernel_isa_force(kernel_isa isa);
 kernel_dot_fn kernel_dot(uint32_t type);
 /* Encoder of an activation type (the reference when no faster one exists). */
 quant_quantize_fn kernel_quantize(uint32_t act_type);
-/* Tile kernel for a weight type, or NULL where the level has none (then loop over dots). */
-kernel_tile_fn kernel_tile(uint32_t type);
+/* Tile kernels for a weight type, or NULL where the level has none (then loop over dots). */
+const kernel_tile *kernel_tile_of(uint32_t type);
 
 /* Float dot product with a fixed summation order: 8 interleaved partial sums, combined
  * pairwise ((0+4)+(2+6))+((1+5)+(3+7)), then the tail in order. */

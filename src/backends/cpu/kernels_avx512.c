@@ -210,7 +210,255 @@ static float dot_q6_k_512(int64_t n, const void *w, const void *a) {
     return sumf;
 }
 
+/* ---- prefill tiles for the Q8_K-activation types ---------------------------------------------
+ * Packed activations, per block of 16 tokens and per super-block (SB_PACK bytes):
+ *   A   [128 pairs][16 tokens] int32: the pair (q[2p], q[2p+1]) of int16, low half first
+ *   da  [16 tokens] float
+ *   bsp [8 pairs][16 tokens] int32: the pair (bsum[2j], bsum[2j+1]) of int16
+ * Missing tokens of the last block are zero. A weight row's super-block is decoded once into
+ * 256 int16 w = quant x integer sub-block scale, so isum = sum w * q exactly; VNNI vpdpwssd then
+ * accumulates 16 tokens per instruction (lane = token) from a broadcast weight pair, and the
+ * float step of the reference runs lane-wise on those 16 exact integers. Four rows share each
+ * activation load. */
+
+#define SB_PACK (128 * 64 + 64 + 8 * 64)
+#define TB_CHUNK 32 /* token blocks per pass: accumulators for 4 rows x 32 x 16 tokens */
+
+static size_t q8k_packed_bytes(int64_t n, int toks) {
+    return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK;
+}
+
+static void q8k_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    const int64_t nsb = n / QK_K;
+    for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * SB_PACK;
+        for (int64_t sb = 0; sb < nsb; sb++, blk += SB_PACK) {
+            uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 128 * 64 + 64);
+            float *da = (float *)(blk + 128 * 64);
+            for (int k = 0; k < 16; k++) {
+                int t = tb * 16 + k;
+                if (t >= toks) {
+                    for (int p = 0; p < 128; p++) A[p * 16 + k] = 0;
+                    for (int j = 0; j < 8; j++) bsp[j * 16 + k] = 0;
+                    da[k] = 0.0f;
+                    continue;
+                }
+                const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
+                da[k] = ld_f32(y);
+                for (int p = 0; p < 128; p++)
+                    A[p * 16 + k] = (uint32_t)(uint16_t)(int16_t)(int8_t)y[4 + 2 * p] |
+                                    ((uint32_t)(uint16_t)(int16_t)(int8_t)y[5 + 2 * p] << 16);
+                for (int j = 0; j < 8; j++) {
+                    uint32_t lo = (uint32_t)y[260 + 4 * j] | ((uint32_t)y[261 + 4 * j] << 8);
+                    uint32_t hi = (uint32_t)y[262 + 4 * j] | ((uint32_t)y[263 + 4 * j] << 8);
+                    bsp[j * 16 + k] = lo | (hi << 16);
+                }
+            }
+        }
+    }
+}
+
+/* One decoded super-block of a weight row. */
+typedef struct kq_row {
+    _Alignas(64) int16_t w[256];
+    int32_t mp[8]; /* min pairs for bsp (types with mins) */
+    float d, dm;
+} kq_row;
+
+/* 32 quants (u8 in u, minus off) times scales: the first 16 by s0, the next 16 by s1. */
+static inline void st_w32(int16_t *dst, __m256i u, int off, int s0, int s1) {
+    __m512i v = _mm512_sub_epi16(_mm512_cvtepu8_epi16(u), _mm512_set1_epi16((short)off));
+    __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)s0)),
+                                    _mm256_set1_epi16((short)s1), 1);
+    _mm512_storeu_si512(dst, _mm512_mullo_epi16(v, sc));
+}
+
+static void unpack_q2_k(const uint8_t *x, kq_row *o) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        __m256i qs = ldu(x + 16 + 32 * h);
+        for (int t = 0; t < 4; t++) {
+            int j = 4 * h + t; /* elements 32j.., sub-blocks 2j, 2j+1 */
+            __m256i u = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * t), m3);
+            st_w32(o->w + 32 * j, u, 0, x[2 * j] & 15, x[2 * j + 1] & 15);
+        }
+    }
+    for (int j = 0; j < 8; j++) o->mp[j] = (int32_t)((uint32_t)(x[2 * j] >> 4) | ((uint32_t)(x[2 * j + 1] >> 4) << 16));
+    o->d = ld_f16(x + 80);
+    o->dm = ld_f16(x + 82);
+}
+
+static void unpack_q3_k(const uint8_t *x, kq_row *o) {
+    int16_t sc[16];
+    _mm256_storeu_si256((__m256i *)sc, q3k_scales16(x + 96));
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256i hm = ldu(x);
+    for (int h = 0; h < 2; h++) {
+        __m256i qs = ldu(x + 32 + 32 * h);
+        for (int t = 0; t < 4; t++) {
+            int j = 4 * h + t;
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * t), m3);
+            __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, j), one);
+            st_w32(o->w + 32 * j, _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), 4, sc[2 * j], sc[2 * j + 1]);
+        }
+    }
+    o->d = ld_f16(x + 108);
+}
+
+static void unpack_k45(const uint8_t *x, kq_row *o, int qs_off, int has_high) {
+    int16_t s[16];
+    _mm256_storeu_si256((__m256i *)s, k4_scales16(x + 4));
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = ldu(x + qs_off + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (has_high) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+        }
+        st_w32(o->w + 64 * c, lo, 0, s[2 * c], s[2 * c]);
+        st_w32(o->w + 64 * c + 32, hi, 0, s[2 * c + 1], s[2 * c + 1]);
+    }
+    for (int j = 0; j < 8; j++) o->mp[j] = (int32_t)((uint32_t)(uint16_t)s[8 + j] * 0x10001u);
+    o->d = ld_f16(x);
+    o->dm = ld_f16(x + 2);
+}
+
+static void unpack_q4_k(const uint8_t *x, kq_row *o) { unpack_k45(x, o, 16, 0); }
+static void unpack_q5_k(const uint8_t *x, kq_row *o) { unpack_k45(x, o, 48, 1); }
+
+static void unpack_q6_k(const uint8_t *x, kq_row *o) {
+    const int8_t *sc = (const int8_t *)(x + 192);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+        __m256i u[4];
+        u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+        u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        for (int t = 0; t < 4; t++) {
+            int j = 4 * h + t;
+            st_w32(o->w + 32 * j, u[t], 32, sc[2 * j], sc[2 * j + 1]);
+        }
+    }
+    o->d = ld_f16(x + 208);
+}
+
+static void unpack_iq4_xs(const uint8_t *x, kq_row *o) {
+    const __m256i lut = lut16(quant_kvalues_iq4nl);
+    uint16_t sh;
+    memcpy(&sh, x + 2, 2);
+    for (int g = 0; g < 8; g++) {
+        int ls = (((x[4 + g / 2] >> (4 * (g % 2))) & 0xf) | (((sh >> (2 * g)) & 3) << 4)) - 32;
+        __m256i k = _mm256_shuffle_epi8(lut, nibbles32(x + 8 + 16 * g));
+        __m512i v = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(k), _mm512_set1_epi16((short)ls));
+        _mm512_storeu_si512(o->w + 32 * g, v);
+    }
+    o->d = ld_f16(x);
+}
+
+typedef struct kq_tile_type {
+    void (*unpack)(const uint8_t *x, kq_row *o);
+    int block_bytes;
+    int has_min;
+} kq_tile_type;
+
+static const kq_tile_type kq_q2_k = {unpack_q2_k, 84, 1}, kq_q3_k = {unpack_q3_k, 110, 0},
+                          kq_q4_k = {unpack_q4_k, 144, 1}, kq_q5_k = {unpack_q5_k, 176, 1},
+                          kq_q6_k = {unpack_q6_k, 210, 0}, kq_iq4_xs = {unpack_iq4_xs, 136, 0};
+
+/* Rows r0..r0+R-1 (R <= 4) against token blocks tb0..tb1-1: accumulates into acc[r][tb - tb0]. */
+static inline void kq_rows(const kq_tile_type *kt, int64_t nsb, const uint8_t *w, size_t ws, int R,
+                           const uint8_t *packed, int tb0, int tb1, __m512 acc[4][TB_CHUNK]) {
+    kq_row rw[4];
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        for (int r = 0; r < R; r++) kt->unpack(w + (size_t)r * ws + (size_t)sb * (size_t)kt->block_bytes, &rw[r]);
+        const int32_t *w0 = (const int32_t *)rw[0].w, *w1 = (const int32_t *)rw[1].w,
+                      *w2 = (const int32_t *)rw[2].w, *w3 = (const int32_t *)rw[3].w;
+        for (int tb = tb0; tb < tb1; tb++) {
+            const uint8_t *blk = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK;
+            const __m512i *A = (const __m512i *)blk;
+            __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
+            if (R == 4) {
+                for (int p = 0; p < 128; p++) {
+                    __m512i av = _mm512_load_si512(A + p);
+                    i0 = _mm512_dpwssd_epi32(i0, _mm512_set1_epi32(w0[p]), av);
+                    i1 = _mm512_dpwssd_epi32(i1, _mm512_set1_epi32(w1[p]), av);
+                    i2 = _mm512_dpwssd_epi32(i2, _mm512_set1_epi32(w2[p]), av);
+                    i3 = _mm512_dpwssd_epi32(i3, _mm512_set1_epi32(w3[p]), av);
+                }
+            } else {
+                for (int p = 0; p < 128; p++) {
+                    __m512i av = _mm512_load_si512(A + p);
+                    i0 = _mm512_dpwssd_epi32(i0, _mm512_set1_epi32(w0[p]), av);
+                    if (R > 1) i1 = _mm512_dpwssd_epi32(i1, _mm512_set1_epi32(w1[p]), av);
+                    if (R > 2) i2 = _mm512_dpwssd_epi32(i2, _mm512_set1_epi32(w2[p]), av);
+                }
+            }
+            __m512i isum[4] = {i0, i1, i2, i3};
+            __m512 vda = _mm512_load_ps((const float *)(blk + 128 * 64));
+            const __m512i *bsp = (const __m512i *)(blk + 128 * 64 + 64);
+            for (int r = 0; r < R; r++) {
+                /* the reference's float step, lane-wise: sumf += (d*da)*isum [- (dmin*da)*summs] */
+                __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
+                if (kt->has_min) {
+                    __m512i m = _mm512_setzero_si512();
+                    for (int j = 0; j < 8; j++)
+                        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
+                    __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
+                    t = _mm512_sub_ps(t, mt);
+                }
+                acc[r][tb - tb0] = _mm512_add_ps(acc[r][tb - tb0], t);
+            }
+        }
+    }
+}
+
+static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, int rows, const void *packed,
+                   int toks, float *out, size_t os) {
+    const int64_t nsb = n / QK_K;
+    const int ntb = (toks + 15) / 16;
+    __m512 acc[4][TB_CHUNK];
+    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
+        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            int R = rows - r0 < 4 ? rows - r0 : 4;
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < TB_CHUNK; k++) acc[r][k] = _mm512_setzero_ps();
+            kq_rows(kt, nsb, (const uint8_t *)w + (size_t)r0 * ws, ws, R, packed, tb0, tb1, acc);
+            for (int r = 0; r < R; r++)
+                for (int tb = tb0; tb < tb1; tb++) {
+                    float v[16];
+                    _mm512_storeu_ps(v, acc[r][tb - tb0]);
+                    for (int k = 0; k < 16 && tb * 16 + k < toks; k++) out[(size_t)(tb * 16 + k) * os + (size_t)(r0 + r)] = v[k];
+                }
+        }
+    }
+}
+
+#define KQ_TILE(name, kt)                                                                          \
+    static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
+                           int toks, float *out, size_t os) {                                     \
+        kq_run(&kt, n, w, ws, rows, packed, toks, out, os);                                        \
+    }                                                                                              \
+    static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run};
+KQ_TILE(tile_q2_k, kq_q2_k)
+KQ_TILE(tile_q3_k, kq_q3_k)
+KQ_TILE(tile_q4_k, kq_q4_k)
+KQ_TILE(tile_q5_k, kq_q5_k)
+KQ_TILE(tile_q6_k, kq_q6_k)
+KQ_TILE(tile_iq4_xs, kq_iq4_xs)
+
 void kernels_register_avx512(kernel_set *ks) {
+    ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
+    ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
+    ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k;
+    ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k;
+    ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k;
+    ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
     kx_register_common(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
     ks->dot[GGML_TYPE_Q3_K] = dot_q3_k_512;

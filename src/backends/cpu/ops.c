@@ -58,8 +58,14 @@ typedef struct mm_job {
     size_t act_row;
     quant_quantize_fn encode;
     kernel_dot_fn dot;
-    kernel_tile_fn tile; /* NULL: loop over dots */
+    const kernel_tile *tile; /* prefill tile kernels (NULL: loop over dots) */
+    uint8_t *packed;         /* the activations packed for tile->run */
+    int64_t out_r0;          /* row r is written at out[t * out_stride + r - out_r0] */
 } mm_job;
+
+/* Tile kernels pay a packing pass over the activations; below this many tokens the dot loop
+ * (which reads each weight row once per 16 tokens from L1) is as fast. */
+#define MM_TILE_MIN_TOKS 4
 
 static void mm_encode_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
@@ -69,55 +75,172 @@ static void mm_encode_task(void *ctx, int ith, int nth) {
         j->encode(j->x + t * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
 }
 
-/* Cache blocking: a tile of MM_ROW_BLOCK weight rows x MM_TOK_BLOCK tokens. The rows of a tile
- * are read from memory once and stay in L1/L2 while the tile's tokens pass over them; the
- * tokens' activations (a few KiB each) stay in L2 across the row tiles. */
+static void mm_pack_task(void *ctx, int ith, int nth) {
+    mm_job *j = ctx;
+    int64_t lo, hi;
+    split((j->n + 15) / 16, ith, nth, &lo, &hi); /* blocks of 16 tokens */
+    if (lo < hi)
+        j->tile->pack(j->w->ne[0], j->act, j->act_row, j->n, (int)(16 * lo),
+                      (int)(16 * hi < j->n ? 16 * hi : j->n), j->packed);
+}
+
+/* Cache blocking of the dot path: a tile of MM_ROW_BLOCK weight rows x MM_TOK_BLOCK tokens.
+ * The rows of a tile are read from memory once and stay in L1/L2 while the tile's tokens pass
+ * over them; the tokens' activations (a few KiB each) stay in L2 across the row tiles. */
 #define MM_ROW_BLOCK 16
 #define MM_TOK_BLOCK 16
 
+/* Rows [lo, hi) of the product for all tokens. */
 static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
     const tview *w = j->w;
     const uint8_t *wd = w->data;
+    if (lo >= hi) return;
+    if (j->packed) {
+        j->tile->run(w->ne[0], wd + lo * w->row_bytes, w->row_bytes, (int)(hi - lo), j->packed, j->n,
+                     j->out + (lo - j->out_r0), (size_t)j->out_stride);
+        return;
+    }
     for (int64_t r0 = lo; r0 < hi; r0 += MM_ROW_BLOCK) {
         int64_t r1 = r0 + MM_ROW_BLOCK < hi ? r0 + MM_ROW_BLOCK : hi;
         for (int t0 = 0; t0 < j->n; t0 += MM_TOK_BLOCK) {
             int t1 = t0 + MM_TOK_BLOCK < j->n ? t0 + MM_TOK_BLOCK : j->n;
             const uint8_t *a = j->act + (size_t)t0 * j->act_row;
-            float *o = j->out + (size_t)t0 * j->out_stride;
-            if (j->tile && t1 - t0 > 1) {
-                j->tile(w->ne[0], wd + r0 * w->row_bytes, w->row_bytes, (int)(r1 - r0), a,
-                        j->act_row, t1 - t0, o + r0, (size_t)j->out_stride);
-                continue;
-            }
+            float *o = j->out + (size_t)t0 * j->out_stride + (r0 - j->out_r0);
             for (int t = t0; t < t1; t++, a += j->act_row, o += j->out_stride)
-                for (int64_t r = r0; r < r1; r++) o[r] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
+                for (int64_t r = r0; r < r1; r++) o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
         }
     }
+}
+
+/* A thread's share of rows, in multiples of 4 (the tile kernels' row group). */
+static void split_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t groups = (n + 3) / 4, glo, ghi;
+    split(groups, ith, nth, &glo, &ghi);
+    *lo = 4 * glo < n ? 4 * glo : n;
+    *hi = 4 * ghi < n ? 4 * ghi : n;
 }
 
 static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
-    split(j->w->ne[1], ith, nth, &lo, &hi);
+    split_rows(j->w->ne[1], ith, nth, &lo, &hi);
     mm_rows(j, lo, hi);
+}
+
+/* Bytes of scratch a job needs for its encoded (and packed) activations. */
+static size_t mm_scratch_bytes(const tview *w, int n) {
+    uint32_t at = quant_traits_of(w->type)->act_type;
+    size_t bytes = at == GGML_TYPE_F32 ? 0 : (quant_row_bytes(at, w->ne[0]) * (size_t)n + 63) / 64 * 64;
+    const kernel_tile *tile = kernel_tile_of(w->type);
+    if (tile && n >= MM_TILE_MIN_TOKS) bytes += (tile->packed_bytes(w->ne[0], n) + 63) / 64 * 64;
+    return bytes;
+}
+
+/* Sets up j for its weight: encodes its n activation rows into dst (on the caller for a few
+ * rows: a dispatch costs more than encoding one row) and packs them for the tile kernel when
+ * there is one. Returns the bytes used at dst (at most mm_scratch_bytes). */
+static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) {
+    const quant_traits *qt = quant_traits_of(j->w->type);
+    size_t used = 0;
+    j->encode = kernel_quantize(qt->act_type);
+    j->dot = kernel_dot(j->w->type);
+    j->tile = j->n >= MM_TILE_MIN_TOKS ? kernel_tile_of(j->w->type) : NULL;
+    j->packed = NULL;
+    if (qt->act_type == GGML_TYPE_F32) {
+        j->act = (const uint8_t *)j->x; /* no encoding needed */
+        j->act_row = (size_t)j->w->ne[0] * sizeof(float);
+    } else {
+        j->act_row = quant_row_bytes(qt->act_type, j->w->ne[0]);
+        j->act = dst;
+        if (j->n < 4)
+            mm_encode_task(j, 0, 1);
+        else
+            threadpool_run(c->pool, mm_encode_task, j);
+        used = (j->act_row * (size_t)j->n + 63) / 64 * 64;
+    }
+    if (j->tile) {
+        j->packed = dst + used;
+        threadpool_run(c->pool, mm_pack_task, j);
+        used += (j->tile->packed_bytes(j->w->ne[0], j->n) + 63) / 64 * 64;
+    }
+    return used;
 }
 
 static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float *out,
                        int out_stride) {
     cpu_backend *c = (cpu_backend *)b;
-    const quant_traits *qt = quant_traits_of(w->type);
-    mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride,
-                .encode = kernel_quantize(qt->act_type), .dot = kernel_dot(w->type),
-                .tile = kernel_tile(w->type)};
-    if (qt->act_type == GGML_TYPE_F32) {
-        j.act = (const uint8_t *)x; /* no encoding needed */
-        j.act_row = (size_t)w->ne[0] * sizeof(float);
-    } else {
-        j.act_row = quant_row_bytes(qt->act_type, w->ne[0]);
-        j.act = scratch(c, j.act_row * (size_t)n);
-        threadpool_run(c->pool, mm_encode_task, &j);
-    }
+    mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride};
+    mm_prepare(c, &j, scratch(c, mm_scratch_bytes(w, n)));
     threadpool_run(c->pool, mm_task, &j);
+}
+
+/* ---- fused gate/up projection with SwiGLU -------------------------------------------------
+ * out[t][r] = silu(gate_r . x_t) * (up_r . x_t): one pass over the activation rows and one
+ * dispatch; each thread computes both projections for a block of GU_ROWS rows (all tokens)
+ * into its own buffers and combines them there, so neither projection is written out. The
+ * dots and the combination are those of matmul + matmul + swiglu: the same bits. */
+
+#define GU_ROWS 16
+
+typedef struct gu_job {
+    mm_job g, u;
+    float *out;
+    int out_stride;
+    float *buf; /* per thread: 2 x GU_ROWS x n floats */
+} gu_job;
+
+static void gu_task(void *ctx, int ith, int nth) {
+    gu_job *j = ctx;
+    const int n = j->g.n;
+    int64_t lo, hi;
+    split_rows(j->g.w->ne[1], ith, nth, &lo, &hi);
+    float *gbuf = j->buf + (size_t)ith * 2 * GU_ROWS * (size_t)n, *ubuf = gbuf + GU_ROWS * (size_t)n;
+    for (int64_t r0 = lo; r0 < hi; r0 += GU_ROWS) {
+        int64_t r1 = r0 + GU_ROWS < hi ? r0 + GU_ROWS : hi;
+        mm_job g = j->g, u = j->u;
+        g.out = gbuf;
+        u.out = ubuf;
+        g.out_r0 = u.out_r0 = r0;
+        g.out_stride = u.out_stride = GU_ROWS;
+        mm_rows(&g, r0, r1);
+        mm_rows(&u, r0, r1);
+        for (int t = 0; t < n; t++) {
+            float *o = j->out + (size_t)t * j->out_stride;
+            const float *gr = gbuf + (size_t)t * GU_ROWS, *ur = ubuf + (size_t)t * GU_ROWS;
+            for (int64_t r = r0; r < r1; r++) {
+                float v = gr[r - r0];
+                o[r] = v / (1.0f + expf(-v)) * ur[r - r0];
+            }
+        }
+    }
+}
+
+static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x,
+                              int n, float *out) {
+    cpu_backend *c = (cpu_backend *)b;
+    gu_job j = {.g = {.w = gate, .x = x, .n = n}, .u = {.w = up, .x = x, .n = n}, .out = out,
+                .out_stride = (int)gate->ne[1]};
+    /* one encoding (and packing) serves both when the activation formats agree */
+    const kernel_tile *tg = kernel_tile_of(gate->type), *tu = kernel_tile_of(up->type);
+    bool share = quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type &&
+                 (n < MM_TILE_MIN_TOKS || (tg == NULL) == (tu == NULL)) &&
+                 (!tg || !tu || tg->pack == tu->pack);
+    size_t gb = mm_scratch_bytes(gate, n), ub = share ? 0 : mm_scratch_bytes(up, n);
+    size_t bufb = sizeof(float) * 2 * GU_ROWS * (size_t)n * (size_t)threadpool_size(c->pool);
+    uint8_t *base = scratch(c, gb + ub + bufb);
+    size_t used = mm_prepare(c, &j.g, base);
+    if (share) {
+        j.u.encode = j.g.encode;
+        j.u.act = j.g.act;
+        j.u.act_row = j.g.act_row;
+        j.u.dot = kernel_dot(up->type);
+        j.u.tile = j.g.tile ? tu : NULL;
+        j.u.packed = j.g.packed;
+    } else {
+        used += mm_prepare(c, &j.u, base + used);
+    }
+    j.buf = (float *)(base + gb + ub);
+    threadpool_run(c->pool, gu_task, &j);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
@@ -168,44 +291,30 @@ static void cpu_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* Work items are (token, KV head) pairs: the query heads sharing a KV head are done together,
+ * so each key and value row is read once for the group (kernels.h defines the algorithm, a
+ * tiled online softmax that is the same for every context length and thread count). */
 typedef struct attn_job {
     const float *q, *kc, *vc;
     int n, pos0, n_head, n_head_kv, hd, hd_v;
     float scale;
     float *out;
-    float *scores; /* per thread: pos0 + n floats */
+    float *work; /* per thread: group * KERNEL_ATTN_TILE floats */
+    kernel_attn_fn fn;
 } attn_job;
 
 static void attn_task(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     int64_t lo, hi;
-    split((int64_t)j->n * j->n_head, ith, nth, &lo, &hi);
-    float *s = j->scores + (size_t)ith * (size_t)(j->pos0 + j->n);
+    split((int64_t)j->n * j->n_head_kv, ith, nth, &lo, &hi);
     const int group = j->n_head / j->n_head_kv;
+    float *work = j->work + (size_t)ith * (size_t)group * KERNEL_ATTN_TILE;
     const size_t krow = (size_t)j->n_head_kv * j->hd, vrow = (size_t)j->n_head_kv * j->hd_v;
     for (int64_t item = lo; item < hi; item++) {
-        int t = (int)(item / j->n_head), h = (int)(item % j->n_head), kvh = h / group;
-        int n_kv = j->pos0 + t + 1;
-        const float *q = j->q + ((size_t)t * j->n_head + h) * j->hd;
-        float mx = -INFINITY;
-        for (int p = 0; p < n_kv; p++) {
-            const float *k = j->kc + p * krow + (size_t)kvh * j->hd;
-            s[p] = kernel_dot_f32(j->hd, q, k) * j->scale;
-            if (s[p] > mx) mx = s[p];
-        }
-        double sum = 0.0;
-        for (int p = 0; p < n_kv; p++) {
-            s[p] = expf(s[p] - mx);
-            sum += s[p];
-        }
-        float inv = (float)(1.0 / sum);
-        float *o = j->out + ((size_t)t * j->n_head + h) * j->hd_v;
-        for (int d = 0; d < j->hd_v; d++) o[d] = 0.0f;
-        for (int p = 0; p < n_kv; p++) {
-            const float *v = j->vc + p * vrow + (size_t)kvh * j->hd_v;
-            float wgt = s[p] * inv;
-            for (int d = 0; d < j->hd_v; d++) o[d] += wgt * v[d];
-        }
+        int t = (int)(item / j->n_head_kv), kvh = (int)(item % j->n_head_kv), h0 = kvh * group;
+        j->fn(j->q + ((size_t)t * j->n_head + h0) * j->hd, (size_t)j->hd, group,
+              j->kc + (size_t)kvh * j->hd, krow, j->vc + (size_t)kvh * j->hd_v, vrow, j->pos0 + t + 1,
+              j->hd, j->hd_v, j->scale, j->out + ((size_t)t * j->n_head + h0) * j->hd_v, (size_t)j->hd_v, work);
     }
 }
 
@@ -213,8 +322,9 @@ static void cpu_attention(backend *b, const float *q, const float *kc, const flo
                           int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
                           float *out) {
     cpu_backend *c = (cpu_backend *)b;
-    attn_job j = {q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd_v, scale, out, NULL};
-    j.scores = scratch(c, sizeof(float) * (size_t)(pos0 + n) * (size_t)threadpool_size(c->pool));
+    attn_job j = {q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd_v, scale, out, NULL, kernel_attn()};
+    j.work = scratch(c, sizeof(float) * (size_t)(n_head / n_head_kv) * KERNEL_ATTN_TILE *
+                            (size_t)threadpool_size(c->pool));
     threadpool_run(c->pool, attn_task, &j);
 }
 
@@ -247,6 +357,7 @@ static const backend_ops cpu_ops = {
     .attention = cpu_attention,
     .add = cpu_add,
     .swiglu = cpu_swiglu,
+    .matmul_swiglu = cpu_matmul_swiglu,
     .l2norm = cpu_l2norm,
     .conv1d_silu = cpu_conv1d_silu,
     .gated_delta = cpu_gated_delta,
