@@ -33,6 +33,12 @@ const char *sluice_last_error(void);
 typedef enum sluice_mode { SLUICE_MODE_AUTO = 0, SLUICE_MODE_RESIDENT = 1, SLUICE_MODE_STREAM = 2 } sluice_mode;
 /* How streamed experts are read: direct I/O (no page cache) or through the page cache. */
 typedef enum sluice_io { SLUICE_IO_DIRECT = 0, SLUICE_IO_PAGE = 1 } sluice_io;
+/* Where a model's sessions compute: the CPU, or a CUDA GPU (sluice built with CUDA). */
+typedef enum sluice_backend { SLUICE_BACKEND_CPU = 0, SLUICE_BACKEND_CUDA = 1 } sluice_backend;
+/* GPU streaming: an expert not in the VRAM cache is copied in after routing (COPY: the layer
+ * waits for the copy, the expert stays cached) or read by the kernels straight from pinned host
+ * memory (ZEROCOPY: no wait for routing, hot experts are promoted between steps). */
+typedef enum sluice_gpu_miss { SLUICE_GPU_MISS_COPY = 0, SLUICE_GPU_MISS_ZEROCOPY = 1 } sluice_gpu_miss;
 
 typedef struct sluice_model_params {
     bool verbose;          /* print load details to stderr */
@@ -48,6 +54,12 @@ typedef struct sluice_model_params {
     int n_batch;           /* prompt tokens per forward pass the plan reserves for; 0: 512 */
     bool plan_only;        /* compute the plan, allocate nothing (for --plan) */
     bool no_watchdog;      /* do not watch swap/pressure (the watchdog stops work cleanly) */
+    /* ---- GPU (CUDA builds; sessions of such a model run on the device) ---- */
+    sluice_backend backend;
+    uint64_t gpu_budget;   /* device memory the model may use; 0: the free memory */
+    sluice_gpu_miss gpu_miss; /* how a streamed expert missing from VRAM is read */
+    bool no_graph;         /* never capture decode steps as CUDA graphs */
+    bool gpu_profile;      /* time every device operation (slower); see sluice_gpu_profile */
 } sluice_model_params;
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);

@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K]
+ *                 [--reps R] [--toks K] [--bw-only]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
  * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
@@ -140,6 +140,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--toks") && i + 1 < argc) toks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "--bw-only")) types_arg = "";
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *name = argv[++i];
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)

@@ -1,11 +1,14 @@
 /* The backend interface: the operations a model's forward pass is written against.
  *
- * Activations are float32 arrays owned by the caller (on the CPU backend they are host memory;
- * a device backend would pass device pointers). Weights are tviews: a typed, possibly quantized
- * matrix, usually a view into the mapped GGUF file.
+ * Activations live in BACKEND MEMORY: allocated with be_alloc, written from the host with
+ * be_upload, read back with be_download (CPU: plain host memory, so these are memcpy; CUDA:
+ * device memory). Model code never dereferences backend memory on the host. Weights are tviews:
+ * a typed, possibly quantized matrix, usually a view into the mapped GGUF file; a device backend
+ * translates such host addresses to its copy (be_weights_map).
  *
  * Determinism: every output element is produced by one thread in a fixed order, so results do
- * not depend on the number of threads.
+ * not depend on the number of threads (CPU) or on where weights reside (CUDA: VRAM, a VRAM
+ * cache slot, or mapped host memory give the same bits).
  */
 #ifndef SLUICE_BACKEND_H
 #define SLUICE_BACKEND_H
@@ -13,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "formats/store.h"
 
 /* A weight matrix: ne[0] values per row (contiguous), ne[1] rows. 3-D tensors (stacked
  * experts) have ne[2] matrices of mat_bytes each. */
@@ -101,11 +106,77 @@ typedef struct backend_ops {
      *   alpha[t][h] = softplus(alpha[t][h] + dt_bias[h]) * a[h]   (log decay; a < 0 as stored) */
     void (*gdn_gates)(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
                       int n, int n_head);
+
+    /* ---- backend memory (CPU: backends/cpu/ops_moe.c) ---- */
+    /* zeroed, aligned; NULL when out of memory */
+    void *(*alloc)(backend *b, size_t bytes);
+    void (*mfree)(backend *b, void *p);
+    void (*upload)(backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
+    /* backend -> host; when it returns, dst holds the bytes (a device backend waits) */
+    void (*download)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*memzero)(backend *b, void *dst, size_t bytes);
+    /* n_rows rows of width floats: dst[r * dst_stride + i] = src[r * src_stride + i] */
+    void (*copy_rows)(backend *b, float *dst, size_t dst_stride, const float *src,
+                      size_t src_stride, int n_rows, int width);
+    /* KV cache store: row t of k [n][row_k] (v [n][row_v]) goes to cache row pos[t] of kc (vc).
+     * pos is backend memory (the positions the step was given, see set_inputs). */
+    void (*kv_store)(backend *b, float *kc, float *vc, const float *k, const float *v, int n,
+                     const int32_t *pos, size_t row_k, size_t row_v);
+    /* The inputs of a forward pass: tokens (host) and positions pos0..pos0+n-1, copied into
+     * backend memory the backend owns; *ids and *pos receive those arrays. The same addresses
+     * on every call (a captured CUDA graph reads them; CUDA's attention reads the step's
+     * positions to know how many cache rows each token sees). */
+    void (*set_inputs)(backend *b, const int32_t *tokens, int n, int pos0, const int32_t **ids,
+                       const int32_t **pos);
+
+    /* ---- routed experts (CPU: backends/cpu/ops_moe.c) ---- */
+    /* Router of n tokens: logits [n][n_expert] become probabilities (softmax, sum in double);
+     * ids [n][k] the k most probable experts (descending; ties: the lower id first) and w [n][k]
+     * their probabilities, renormalized over the k when norm (the sum clamped from below at
+     * 6.103515625e-5, as ggml). All backend memory. */
+    void (*moe_route)(backend *b, float *logits, int n, int n_expert, int k, bool norm,
+                      int32_t *ids, float *w);
+    /* dst row r = src row (idx[r] / div), m rows of width floats (idx: backend memory) */
+    void (*gather_rows)(backend *b, float *dst, const float *src, const int32_t *idx, int div,
+                        int m, int width);
+    /* dst row idx[r] = src row r */
+    void (*scatter_rows)(backend *b, float *dst, const int32_t *idx, const float *src, int m,
+                         int width);
+    /* out[t] = sum over s < k of slots[t][s] * w[t][s] in slot order: slots [n][k][width] */
+    void (*moe_combine)(backend *b, const float *slots, const float *w, int n, int k, int width,
+                        float *out);
+
+    /* ---- device backends only (NULL on the CPU) ---- */
+    /* Make host weights reachable: upload copies [host, host + bytes) to device memory; else
+     * the range is pinned and read in place over the bus (zero-copy). Later views whose data
+     * lies in a mapped range are translated (the most recently uploaded range wins). 0 or -1. */
+    int (*weights_map)(backend *b, const void *host, size_t bytes, bool upload);
+    /* The expert table: per layer the shapes of the three parts (type 0 with ne0 0: absent),
+     * entries [layer][expert] set to the parts' addresses (host addresses in a mapped range
+     * are translated; backend memory is taken as is). */
+    int (*experts_init)(backend *b, const expert_layout *layout);
+    void (*experts_set)(backend *b, int layer, int expert, const void *gate, const void *up,
+                        const void *down);
+    /* Routed experts of layer il through the table: out[t] = sum_s w[t][s] *
+     * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t][s], summed in slot order. */
+    int (*moe_experts)(backend *b, int il, const float *x, int n, const int32_t *ids,
+                       const float *w, int k, float *out);
+    /* Host -> backend copy ordered after the work already queued (expert cache fills). */
+    void (*copy_async)(backend *b, void *dst, const void *src, size_t bytes);
+    /* Wait for all queued work. */
+    void (*sync)(backend *b);
+    /* CUDA graphs of decode steps: graph_replay launches the graph captured under key for these
+     * inputs (true) or returns false (none: capture one); capture_begin / capture_end bracket
+     * one forward pass whose ops are recorded and then launched. */
+    bool (*graph_replay)(backend *b, uint64_t key, const int32_t *tokens, int n, int pos0);
+    void (*capture_begin)(backend *b, uint64_t key);
+    int (*capture_end)(backend *b, bool ok);
 } backend_ops;
 
 struct backend {
     const backend_ops *ops;
     int n_threads;
+    bool host_memory; /* backend memory is host memory (CPU) */
 };
 
 backend *backend_cpu_new(int n_threads);
@@ -167,6 +238,52 @@ static inline void be_gdn_gates(backend *b, float *beta, float *alpha, const flo
 }
 static inline void be_free(backend *b) {
     if (b) b->ops->free(b);
+}
+static inline void *be_alloc(backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
+static inline void be_mfree(backend *b, void *p) {
+    if (p) b->ops->mfree(b, p);
+}
+static inline void be_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    b->ops->upload(b, dst, src, bytes);
+}
+static inline void be_download(backend *b, void *dst, const void *src, size_t bytes) {
+    b->ops->download(b, dst, src, bytes);
+}
+static inline void be_memzero(backend *b, void *dst, size_t bytes) {
+    b->ops->memzero(b, dst, bytes);
+}
+static inline void be_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src,
+                                size_t src_stride, int n_rows, int width) {
+    b->ops->copy_rows(b, dst, dst_stride, src, src_stride, n_rows, width);
+}
+static inline void be_kv_store(backend *b, float *kc, float *vc, const float *k, const float *v,
+                               int n, const int32_t *pos, size_t row_k, size_t row_v) {
+    b->ops->kv_store(b, kc, vc, k, v, n, pos, row_k, row_v);
+}
+static inline void be_set_inputs(backend *b, const int32_t *tokens, int n, int pos0,
+                                 const int32_t **ids, const int32_t **pos) {
+    b->ops->set_inputs(b, tokens, n, pos0, ids, pos);
+}
+static inline void be_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm,
+                                int32_t *ids, float *w) {
+    b->ops->moe_route(b, logits, n, n_expert, k, norm, ids, w);
+}
+static inline void be_gather_rows(backend *b, float *dst, const float *src, const int32_t *idx,
+                                  int div, int m, int width) {
+    b->ops->gather_rows(b, dst, src, idx, div, m, width);
+}
+static inline void be_scatter_rows(backend *b, float *dst, const int32_t *idx, const float *src,
+                                   int m, int width) {
+    b->ops->scatter_rows(b, dst, idx, src, m, width);
+}
+static inline void be_moe_combine(backend *b, const float *slots, const float *w, int n, int k,
+                                  int width, float *out) {
+    b->ops->moe_combine(b, slots, w, n, k, width, out);
+}
+/* True when routed experts go through the backend's expert table (moe_experts). */
+static inline bool be_has_expert_table(const backend *b) { return b->ops->moe_experts != NULL; }
+static inline void be_sync(backend *b) {
+    if (b->ops->sync) b->ops->sync(b);
 }
 
 #endif /* SLUICE_BACKEND_H */

@@ -142,7 +142,7 @@ int cmd_info(int argc, char **argv) {
     }
     tokenizer_summary(f);
 
-    uint64_t count[GGML_TYPE_COUNT] = {0}, bytes[GGML_TYPE_COUNT] = {0};
+    uint64_t count[QUANT_TYPE_LIMIT] = {0}, bytes[QUANT_TYPE_LIMIT] = {0};
     uint64_t n_params = 0, expert_bytes = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
@@ -154,7 +154,7 @@ int cmd_info(int argc, char **argv) {
     printf("\ntensors: %llu, %.3f B parameters\n", (unsigned long long)f->n_tensors,
            (double)n_params / 1e9);
     printf("  %-10s %8s %14s\n", "type", "count", "bytes");
-    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+    for (int t = 0; t < (int)QUANT_TYPE_LIMIT; t++)
         if (count[t])
             printf("  %-10s %8llu %14s\n", quant_type_name((uint32_t)t),
                    (unsigned long long)count[t], human((double)bytes[t], hb, sizeof hb));

@@ -13,5 +13,6 @@ int cmd_cachesim(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_repack(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 #endif

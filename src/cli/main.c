@@ -23,6 +23,7 @@ static const command commands[] = {
     {"cachesim", cmd_cachesim, "replay a routing trace through expert-cache policies"},
     {"repack", cmd_repack, "rewrite a GGUF as an expert-major store (one aligned record per expert)"},
     {"verify", cmd_verify, "check a model file; for a store, its manifest, records and payload hash"},
+    {"convert", cmd_convert, "convert a Hugging Face checkpoint (safetensors) to a GGUF"},
 };
 
 static void usage(FILE *out) {

@@ -48,6 +48,14 @@ static void model_facts(sluice_model *m) {
     uint64_t k = (uint64_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 0);
     f->scratch_per_token = 4 * (6 * E + 2 * q + kv + 2 * ff + 2 * (uint64_t)hp->n_expert + k * E + 4 * E) +
                            2 * (E + ff);
+    if (hp->n_layer_recurrent > 0) {
+        /* linear-attention buffers (models/qwen35moe.c): qkv before and after the conv, q, k,
+         * v, z, gates, mixed output, gated query */
+        uint64_t KD = (uint64_t)hp->ssm_n_k_head * hp->ssm_d_k;
+        uint64_t VD = (uint64_t)hp->ssm_n_v_head * hp->ssm_d_v;
+        uint64_t CD = 2 * KD + VD;
+        f->scratch_per_token += 4 * (2 * CD + 2 * KD + 4 * VD + 4 * (uint64_t)hp->ssm_n_v_head + 2 * q);
+    }
     f->scratch_fixed = 3 * 4 * (uint64_t)hp->n_vocab + (16ull << 20);
 }
 

@@ -63,8 +63,9 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
     s->n_ctx = p.n_ctx;
     s->n_batch = p.n_batch;
     sluice_sampler_params sp = sluice_sampler_defaults();
-    s->st = m->arch->state_new(m, s->n_ctx, s->n_batch);
-    s->be = backend_cpu_new(p.n_threads);
+    /* a device backend belongs to the model (it holds the weights); sessions borrow it */
+    s->be = m->gpu ? m->gpu : backend_cpu_new(p.n_threads);
+    s->st = s->be ? m->arch->state_new(m, s->be, s->n_ctx, s->n_batch) : NULL;
     s->smp = sampler_new(m->hp.n_vocab, &sp);
     s->last_logits = calloc((size_t)m->hp.n_vocab, sizeof(float));
     if (!s->st || !s->be || !s->smp || !s->last_logits) {
@@ -78,10 +79,36 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
 void sluice_session_free(sluice_session *s) {
     if (!s) return;
     if (s->st) s->m->arch->state_free(s->st);
-    be_free(s->be);
+    if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
     free(s->last_logits);
     free(s);
+}
+
+/* One forward pass. A decode step (one token, last logits only) on a backend with CUDA graphs
+ * replays the graph captured for it, or captures it: the pass must then need nothing from the
+ * host (moe_host_free), since a replay does not run the model code. */
+static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float *out,
+                         bool all_logits) {
+    const sluice_model *m = s->m;
+    backend *be = s->be;
+    const bool graph = be->ops->graph_replay && !m->params.no_graph && n == 1 && out &&
+                       !all_logits && moe_host_free(m, s->st, be);
+    int rc;
+    if (graph) {
+        const uint64_t key = 1; /* the decode step; its buffers are the session's */
+        if (be->ops->graph_replay(be, key, tokens, n, s->pos)) {
+            rc = 0;
+        } else {
+            be->ops->capture_begin(be, key);
+            rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+            if (be->ops->capture_end(be, rc == 0) != 0) rc = -1;
+        }
+    } else {
+        rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+    }
+    if (rc == 0 && m->experts) rc = moe_step_end(m, s->st, n);
+    return rc;
 }
 
 int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *all_logits) {
@@ -113,8 +140,7 @@ int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *
         float *out = all_logits ? all_logits + (size_t)done * n_vocab : s->last_logits;
         /* a chunk before the last needs no logits unless all are wanted */
         if (!all_logits && !last) out = NULL;
-        if (s->m->arch->forward(s->m, s->st, s->be, tokens + done, chunk, s->pos, out,
-                                all_logits != NULL) != 0) {
+        if (forward_chunk(s, tokens + done, chunk, out, all_logits != NULL) != 0) {
             s->have_logits = false;
             return -1;
         }

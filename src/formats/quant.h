@@ -59,6 +59,42 @@ enum ggml_type {
 
 #define QK_K 256 /* elements per K-quant / I-quant super-block */
 
+/* ---- sluice-private types -------------------------------------------------------------------
+ * Ids from 100 up, outside ggml's range, for formats ggml has no type for. Only sluice's own
+ * files (converted GGUFs, expert-major stores) contain them; docs/quant.md has the layouts.
+ *
+ * MLX affine quantization (mlx.core.quantize, mode "affine"): one block per group of G values
+ * along a row: scale (2 bytes), bias (2 bytes), then the G codes of `bits` bits as an LSB-first
+ * bit stream (G*bits/8 bytes); value = scale*q + bias. Scale and bias are f16, or bf16 for the
+ * _BF16 variants (MLX files store them in the model's dtype, so conversion keeps them exactly).
+ * X(lower, UPPER, bits, group, bf16) lists every variant; the order fixes the ids. */
+#define QUANT_MLX_VARIANTS(X) \
+    X(mlx2_g32, MLX2_G32, 2, 32, 0) X(mlx2_g64, MLX2_G64, 2, 64, 0) X(mlx2_g128, MLX2_G128, 2, 128, 0) \
+    X(mlx3_g32, MLX3_G32, 3, 32, 0) X(mlx3_g64, MLX3_G64, 3, 64, 0) X(mlx3_g128, MLX3_G128, 3, 128, 0) \
+    X(mlx4_g32, MLX4_G32, 4, 32, 0) X(mlx4_g64, MLX4_G64, 4, 64, 0) X(mlx4_g128, MLX4_G128, 4, 128, 0) \
+    X(mlx5_g32, MLX5_G32, 5, 32, 0) X(mlx5_g64, MLX5_G64, 5, 64, 0) X(mlx5_g128, MLX5_G128, 5, 128, 0) \
+    X(mlx6_g32, MLX6_G32, 6, 32, 0) X(mlx6_g64, MLX6_G64, 6, 64, 0) X(mlx6_g128, MLX6_G128, 6, 128, 0) \
+    X(mlx8_g32, MLX8_G32, 8, 32, 0) X(mlx8_g64, MLX8_G64, 8, 64, 0) X(mlx8_g128, MLX8_G128, 8, 128, 0) \
+    X(mlx2_g32_bf16, MLX2_G32_BF16, 2, 32, 1) X(mlx2_g64_bf16, MLX2_G64_BF16, 2, 64, 1)             \
+    X(mlx2_g128_bf16, MLX2_G128_BF16, 2, 128, 1) X(mlx3_g32_bf16, MLX3_G32_BF16, 3, 32, 1)          \
+    X(mlx3_g64_bf16, MLX3_G64_BF16, 3, 64, 1) X(mlx3_g128_bf16, MLX3_G128_BF16, 3, 128, 1)          \
+    X(mlx4_g32_bf16, MLX4_G32_BF16, 4, 32, 1) X(mlx4_g64_bf16, MLX4_G64_BF16, 4, 64, 1)             \
+    X(mlx4_g128_bf16, MLX4_G128_BF16, 4, 128, 1) X(mlx5_g32_bf16, MLX5_G32_BF16, 5, 32, 1)          \
+    X(mlx5_g64_bf16, MLX5_G64_BF16, 5, 64, 1) X(mlx5_g128_bf16, MLX5_G128_BF16, 5, 128, 1)          \
+    X(mlx6_g32_bf16, MLX6_G32_BF16, 6, 32, 1) X(mlx6_g64_bf16, MLX6_G64_BF16, 6, 64, 1)             \
+    X(mlx6_g128_bf16, MLX6_G128_BF16, 6, 128, 1) X(mlx8_g32_bf16, MLX8_G32_BF16, 8, 32, 1)          \
+    X(mlx8_g64_bf16, MLX8_G64_BF16, 8, 64, 1) X(mlx8_g128_bf16, MLX8_G128_BF16, 8, 128, 1)
+
+#define QUANT_MLX_ENUM_(lower, UPPER, bits, group, bf16) SLUICE_TYPE_##UPPER,
+enum sluice_type {
+    SLUICE_TYPE_FIRST = 100,
+    SLUICE_TYPE_MLX_BEFORE_ = SLUICE_TYPE_FIRST - 1,
+    QUANT_MLX_VARIANTS(QUANT_MLX_ENUM_)
+    SLUICE_TYPE_END, /* one past the largest type id of any kind (ggml's or sluice's) */
+};
+#undef QUANT_MLX_ENUM_
+#define QUANT_TYPE_LIMIT ((uint32_t)SLUICE_TYPE_END) /* arrays indexed by any type id */
+
 /* Decode n values (n a multiple of block_elems) from src into dst. */
 typedef void (*quant_dequantize_fn)(const void *src, float *dst, int64_t n);
 /* Encode n floats (n a multiple of block_elems) into dst. */
@@ -88,6 +124,11 @@ int quant_type_from_name(const char *name);
 bool quant_has_codec(uint32_t type);
 /* Bytes of a row of n values of this type (n must be a multiple of block_elems). */
 size_t quant_row_bytes(uint32_t type, int64_t n);
+
+/* The MLX affine type of these parameters (bits 2, 3, 4, 5, 6, 8; group 32, 64, 128), or -1. */
+int quant_mlx_type(int bits, int group, bool bf16_scales);
+/* Parameters of an MLX affine type; false for any other type. */
+bool quant_mlx_params(uint32_t type, int *bits, int *group, bool *bf16_scales);
 
 /* IEEE half and bfloat16 conversions (round to nearest even, as ggml does). */
 float quant_f16_to_f32(uint16_t h);
@@ -179,6 +220,15 @@ float quant_dot_iq4_xs(int64_t n, const void *w, const void *a);
 void quant_dequantize_q2_0(const void *src, float *dst, int64_t n);
 void quant_quantize_q2_0(const float *src, void *dst, int64_t n);
 float quant_dot_q2_0(int64_t n, const void *w, const void *a);
+
+/* MLX affine quantization (quant_mlx.c), every variant of QUANT_MLX_VARIANTS. The activation
+ * encoding is Q8_0 (every group size is a multiple of 32). */
+#define QUANT_MLX_DECL_(lower, UPPER, bits, group, bf16)                                     \
+    void quant_dequantize_##lower(const void *src, float *dst, int64_t n);                  \
+    void quant_quantize_##lower(const float *src, void *dst, int64_t n);                    \
+    float quant_dot_##lower(int64_t n, const void *w, const void *a);
+QUANT_MLX_VARIANTS(QUANT_MLX_DECL_)
+#undef QUANT_MLX_DECL_
 
 /* Lookup data of the I-quants and non-linear types (format data, reproduced verbatim from ggml). */
 extern const int8_t quant_kvalues_iq4nl[16];  /* IQ4_NL / IQ4_XS levels */

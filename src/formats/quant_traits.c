@@ -66,7 +66,18 @@ static const quant_traits traits_table[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q2_0] = {"Q2_0", 64, 18, true, CODEC(q2_0), GGML_TYPE_Q8_0},
 };
 
+/* sluice-private types, indexed by id - SLUICE_TYPE_FIRST. MLX affine: one block per group,
+ * 4 bytes of scale and bias plus group*bits/8 bytes of codes; activations in Q8_0. */
+#define MLX_ENTRY_(lower, UPPER, bits, group, bf16)                                           \
+    {#UPPER, group, 4 + (group) * (bits) / 8, true, CODEC(lower), GGML_TYPE_Q8_0},
+static const quant_traits sluice_table[QUANT_TYPE_LIMIT - SLUICE_TYPE_FIRST] = {
+    QUANT_MLX_VARIANTS(MLX_ENTRY_)
+};
+#undef MLX_ENTRY_
+
 const quant_traits *quant_traits_of(uint32_t type) {
+    if (type >= SLUICE_TYPE_FIRST && type < QUANT_TYPE_LIMIT)
+        return &sluice_table[type - SLUICE_TYPE_FIRST];
     if (type >= GGML_TYPE_COUNT || traits_table[type].name == NULL) return NULL;
     return &traits_table[type];
 }
@@ -82,8 +93,9 @@ const char *quant_type_name(uint32_t type) {
 
 int quant_type_from_name(const char *name) {
     if (!name) return -1;
-    for (int id = 0; id < GGML_TYPE_COUNT; id++) {
-        const char *known = traits_table[id].name;
+    for (int id = 0; id < (int)QUANT_TYPE_LIMIT; id++) {
+        const quant_traits *t = quant_traits_of((uint32_t)id);
+        const char *known = t ? t->name : NULL;
         if (!known) continue;
         size_t i = 0;
         while (known[i] && name[i] &&

@@ -203,7 +203,7 @@ static int load_packed(const gguf_file *f, int n_layer, int n_expert, expert_lay
             ok = ok && arr_u64(f, key, nl, i, &ne1);
             snprintf(key, sizeof key, KEY("%s.offset"), part_names[p]);
             ok = ok && arr_u64(f, key, nl, i, &off);
-            if (!ok || type >= GGML_TYPE_COUNT || !quant_has_codec((uint32_t)type) ||
+            if (!ok || type >= QUANT_TYPE_LIMIT || !quant_has_codec((uint32_t)type) ||
                 ne0 == 0 || ne1 == 0 || ne0 > (1u << 24) || ne1 > (1u << 24)) {
                 snprintf(err, n, "expert store manifest: %s descriptor of layer %lld is invalid",
                          part_names[p], (long long)li);

@@ -12,12 +12,9 @@
 
 #include "models/state.h"
 
-void *state_alloc(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (p) memset(p, 0, rounded ? rounded : 64);
-    return p;
-}
+void *state_alloc(backend *be, size_t bytes) { return be_alloc(be, bytes); }
+
+void state_release(backend *be, void *p) { be_mfree(be, p); }
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
@@ -29,34 +26,20 @@ uint64_t decoder_state_bytes(const sluice_model *m, int n_ctx) {
 
 void decoder_state_free(model_state *st) {
     if (!st) return;
-    free(st->kv_k);
-    free(st->kv_v);
-    free(st->x);
-    free(st->cur);
-    free(st->tmp);
-    free(st->q);
-    free(st->k);
-    free(st->v);
-    free(st->attn);
-    free(st->ff_a);
-    free(st->ff_b);
-    free(st->pos);
-    free(st->router);
-    free(st->moe_ids);
-    free(st->moe_w);
-    free(st->moe_slots);
-    free(st->moe_x);
-    free(st->moe_y);
-    free(st->moe_rows);
-    free(st->logits);
+    backend *be = st->be;
+    void *bufs[] = {st->kv_k, st->kv_v, st->x, st->cur, st->tmp, st->q, st->k, st->v, st->attn,
+                    st->ff_a, st->ff_b, st->router, st->moe_ids, st->moe_w, st->moe_slots,
+                    st->moe_x, st->moe_y, st->moe_rows, st->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) state_release(be, bufs[i]);
     moe_state_release(st);
     free(st);
 }
 
-model_state *decoder_state_new(const sluice_model *m, int n_ctx, int n_batch) {
+model_state *decoder_state_new(const sluice_model *m, backend *be, int n_ctx, int n_batch) {
     const hparams *hp = &m->hp;
     model_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
+    st->be = be;
     st->n_ctx = n_ctx;
     st->n_batch = n_batch;
     st->kv_row_k = (size_t)hp->n_head_kv * hp->head_dim_k;
@@ -64,31 +47,34 @@ model_state *decoder_state_new(const sluice_model *m, int n_ctx, int n_batch) {
     const size_t B = (size_t)n_batch, F = sizeof(float);
     const size_t ff = (size_t)max_i(hp->n_ff, hp->n_ff_exp);
     const size_t k_used = (size_t)max_i(hp->n_expert_used, 1);
-    st->kv_k = state_alloc((size_t)hp->n_layer * n_ctx * st->kv_row_k * F);
-    st->kv_v = state_alloc((size_t)hp->n_layer * n_ctx * st->kv_row_v * F);
-    st->x = state_alloc(B * hp->n_embd * F);
-    st->cur = state_alloc(B * hp->n_embd * F);
-    st->tmp = state_alloc(B * hp->n_embd * F);
-    st->q = state_alloc(B * hp->n_head * hp->head_dim_k * F);
-    st->k = state_alloc(B * st->kv_row_k * F);
-    st->v = state_alloc(B * st->kv_row_v * F);
-    st->attn = state_alloc(B * hp->n_head * hp->head_dim_v * F);
-    st->ff_a = state_alloc(B * ff * F);
-    st->ff_b = state_alloc(B * ff * F);
-    st->pos = state_alloc(B * sizeof(int32_t));
-    st->logits = state_alloc((size_t)hp->n_vocab * F);
+    st->kv_k = state_alloc(be, (size_t)hp->n_layer * n_ctx * st->kv_row_k * F);
+    st->kv_v = state_alloc(be, (size_t)hp->n_layer * n_ctx * st->kv_row_v * F);
+    st->x = state_alloc(be, B * hp->n_embd * F);
+    st->cur = state_alloc(be, B * hp->n_embd * F);
+    st->tmp = state_alloc(be, B * hp->n_embd * F);
+    st->q = state_alloc(be, B * hp->n_head * hp->head_dim_k * F);
+    st->k = state_alloc(be, B * st->kv_row_k * F);
+    st->v = state_alloc(be, B * st->kv_row_v * F);
+    st->attn = state_alloc(be, B * hp->n_head * hp->head_dim_v * F);
+    st->ff_a = state_alloc(be, B * ff * F);
+    st->ff_b = state_alloc(be, B * ff * F);
+    if (!be->host_memory) st->logits = state_alloc(be, STATE_LOGIT_ROWS * (size_t)hp->n_vocab * F);
     bool ok = st->kv_k && st->kv_v && st->x && st->cur && st->tmp && st->q && st->k && st->v &&
-              st->attn && st->ff_a && st->ff_b && st->pos && st->logits;
+              st->attn && st->ff_a && st->ff_b && (st->logits || be->host_memory);
     if (hp->n_expert > 0) {
-        st->router = state_alloc(B * hp->n_expert * F);
-        st->moe_ids = state_alloc(B * k_used * sizeof(int32_t));
-        st->moe_w = state_alloc(B * k_used * F);
-        st->moe_slots = state_alloc(B * k_used * hp->n_embd * F);
-        st->moe_x = state_alloc(B * hp->n_embd * F);
-        st->moe_y = state_alloc(B * hp->n_embd * F);
-        st->moe_rows = state_alloc(B * k_used * sizeof(int32_t));
-        ok = ok && st->router && st->moe_ids && st->moe_w && st->moe_slots && st->moe_x &&
-             st->moe_y && st->moe_rows;
+        /* the expert table path (device backends) needs no per-expert row buffers */
+        const bool table = be_has_expert_table(be);
+        st->router = state_alloc(be, B * hp->n_expert * F);
+        st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
+        st->moe_w = state_alloc(be, B * k_used * F);
+        if (!table) {
+            st->moe_slots = state_alloc(be, B * k_used * hp->n_embd * F);
+            st->moe_x = state_alloc(be, B * hp->n_embd * F);
+            st->moe_y = state_alloc(be, B * hp->n_embd * F);
+            st->moe_rows = state_alloc(be, B * k_used * sizeof(int32_t));
+        }
+        ok = ok && st->router && st->moe_ids && st->moe_w &&
+             (table || (st->moe_slots && st->moe_x && st->moe_y && st->moe_rows));
     }
     if (!ok) {
         decoder_state_free(st);
@@ -119,8 +105,7 @@ static void attention_block(const sluice_model *m, model_state *st, backend *be,
             hp->rope);
     float *kc = st->kv_k + (size_t)il * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)il * st->n_ctx * st->kv_row_v;
-    memcpy(kc + (size_t)pos0 * st->kv_row_k, st->k, (size_t)n * st->kv_row_k * sizeof(float));
-    memcpy(vc + (size_t)pos0 * st->kv_row_v, st->v, (size_t)n * st->kv_row_v * sizeof(float));
+    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
     be_attention(be, st->q, kc, vc, n, pos0, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                  hp->head_dim_v, 1.0f / sqrtf((float)hp->head_dim_k), st->attn);
     be_matmul(be, &L->wo, st->attn, n, st->tmp);
@@ -139,8 +124,10 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
                     int n, int pos0, float *logits, bool all_logits) {
     const hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd;
-    for (int t = 0; t < n; t++) st->pos[t] = pos0 + t;
-    be_embed(be, &m->tok_embd, tokens, n, st->x);
+    const int32_t *ids;
+    be_set_inputs(be, tokens, n, pos0, &ids, &st->pos);
+    st->pos0 = pos0;
+    be_embed(be, &m->tok_embd, ids, n, st->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
@@ -157,8 +144,26 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
     if (!logits) return 0; /* an intermediate prompt chunk */
     /* only the rows whose logits are wanted go through the output head */
     const float *rows = all_logits ? st->x : st->x + (size_t)(n - 1) * E;
-    int n_out = all_logits ? n : 1;
-    be_rmsnorm(be, rows, &m->output_norm, n_out, hp->n_embd, hp->rms_eps, st->cur);
-    be_matmul(be, &m->output, st->cur, n_out, logits);
+    model_output_logits(m, st, be, rows, all_logits ? n : 1, logits);
     return 0;
+}
+
+void model_output_logits(const sluice_model *m, model_state *st, backend *be, const float *rows,
+                         int n_out, float *logits) {
+    const hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab;
+    if (be->host_memory) { /* straight into the caller's rows */
+        be_rmsnorm(be, rows, &m->output_norm, n_out, hp->n_embd, hp->rms_eps, st->cur);
+        be_matmul(be, &m->output, st->cur, n_out, logits);
+        return;
+    }
+    /* device memory: a few rows at a time through st->logits (all-position logits of a long
+     * prompt would otherwise need a vocabulary-sized buffer per batch row) */
+    for (int r0 = 0; r0 < n_out; r0 += STATE_LOGIT_ROWS) {
+        const int nr = n_out - r0 < STATE_LOGIT_ROWS ? n_out - r0 : STATE_LOGIT_ROWS;
+        be_rmsnorm(be, rows + (size_t)r0 * E, &m->output_norm, nr, hp->n_embd, hp->rms_eps,
+                   st->cur);
+        be_matmul(be, &m->output, st->cur, nr, st->logits);
+        be_download(be, logits + (size_t)r0 * V, st->logits, (size_t)nr * V * sizeof(float));
+    }
 }

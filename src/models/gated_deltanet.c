@@ -74,34 +74,33 @@ bool gdn_load_layer(sluice_model *m, int il, bool qwen3next, char *err, size_t n
 }
 
 /* qwen3next's legacy fused projection holds, per key head g, [q_g | k_g | v of its r value
- * heads | z of them]; spread it into qkv = [all q | all k | all v] and z. */
-static void split_legacy_qkvz(const hparams *hp, const float *mix, int n, float *qkv, float *z) {
+ * heads | z of them]; spread it into qkv = [all q | all k | all v] and z (strided row copies in
+ * backend memory). */
+static void split_legacy_qkvz(const hparams *hp, backend *be, const float *mix, int n, float *qkv,
+                              float *z) {
     const int Dk = hp->ssm_d_k, Dv = hp->ssm_d_v, Hk = hp->ssm_n_k_head;
     const int r = hp->ssm_n_v_head / Hk, KD = Hk * Dk, VD = hp->ssm_n_v_head * Dv;
     const int CD = hybrid_conv_dim(hp), group = 2 * Dk + 2 * r * Dv;
-    const size_t F = sizeof(float);
-    for (int t = 0; t < n; t++) {
-        const float *src = mix + (size_t)t * (CD + VD);
-        float *dq = qkv + (size_t)t * CD, *dz = z + (size_t)t * VD;
-        for (int g = 0; g < Hk; g++) {
-            const float *s = src + (size_t)g * group;
-            memcpy(dq + (size_t)g * Dk, s, (size_t)Dk * F);
-            memcpy(dq + KD + (size_t)g * Dk, s + Dk, (size_t)Dk * F);
-            memcpy(dq + 2 * KD + (size_t)g * r * Dv, s + 2 * Dk, (size_t)r * Dv * F);
-            memcpy(dz + (size_t)g * r * Dv, s + 2 * Dk + r * Dv, (size_t)r * Dv * F);
-        }
+    const size_t ms = (size_t)(CD + VD);
+    for (int g = 0; g < Hk; g++) {
+        const float *s = mix + (size_t)g * group;
+        be_copy_rows(be, qkv + (size_t)g * Dk, (size_t)CD, s, ms, n, Dk);
+        be_copy_rows(be, qkv + KD + (size_t)g * Dk, (size_t)CD, s + Dk, ms, n, Dk);
+        be_copy_rows(be, qkv + 2 * KD + (size_t)g * r * Dv, (size_t)CD, s + 2 * Dk, ms, n, r * Dv);
+        be_copy_rows(be, z + (size_t)g * r * Dv, (size_t)VD, s + 2 * Dk + r * Dv, ms, n, r * Dv);
     }
 }
 
 /* qwen3next's fused ba holds, per key head g, [beta of its r value heads | alpha of them]. */
-static void split_ba(const hparams *hp, const float *ba, int n, float *beta, float *alpha) {
+static void split_ba(const hparams *hp, backend *be, const float *ba, int n, float *beta,
+                     float *alpha) {
     const int Hv = hp->ssm_n_v_head, r = Hv / hp->ssm_n_k_head;
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Hv; h++) {
-            const int g = h / r, j = h % r;
-            beta[(size_t)t * Hv + h] = ba[(size_t)t * 2 * Hv + (size_t)g * 2 * r + j];
-            alpha[(size_t)t * Hv + h] = ba[(size_t)t * 2 * Hv + (size_t)g * 2 * r + r + j];
-        }
+    for (int g = 0; g < hp->ssm_n_k_head; g++) {
+        be_copy_rows(be, beta + (size_t)g * r, (size_t)Hv, ba + (size_t)g * 2 * r, (size_t)2 * Hv,
+                     n, r);
+        be_copy_rows(be, alpha + (size_t)g * r, (size_t)Hv, ba + (size_t)g * 2 * r + r,
+                     (size_t)2 * Hv, n, r);
+    }
 }
 
 void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int il, int n) {
@@ -117,14 +116,14 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
     /* input projections */
     if (S->in.data) {
         be_matmul(be, &S->in, st->cur, n, H->mix);
-        split_legacy_qkvz(hp, H->mix, n, H->qkv, H->z);
+        split_legacy_qkvz(hp, be, H->mix, n, H->qkv, H->z);
     } else {
         be_matmul(be, &S->qkv, st->cur, n, H->qkv);
         be_matmul(be, &S->gate, st->cur, n, H->z);
     }
     if (S->ba.data) {
         be_matmul(be, &S->ba, st->cur, n, H->ba);
-        split_ba(hp, H->ba, n, H->beta, H->alpha);
+        split_ba(hp, be, H->ba, n, H->beta, H->alpha);
     } else {
         be_matmul(be, &S->beta, st->cur, n, H->beta);
         be_matmul(be, &S->alpha, st->cur, n, H->alpha);
@@ -133,13 +132,9 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
 
     /* short causal convolution over q|k|v, then per-head q/k normalization */
     be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);
-    const size_t F = sizeof(float);
-    for (int t = 0; t < n; t++) {
-        const float *u = H->conv_out + (size_t)t * CD;
-        memcpy(H->lq + (size_t)t * KD, u, (size_t)KD * F);
-        memcpy(H->lk + (size_t)t * KD, u + KD, (size_t)KD * F);
-        memcpy(H->lv + (size_t)t * VD, u + 2 * KD, (size_t)VD * F);
-    }
+    be_copy_rows(be, H->lq, (size_t)KD, H->conv_out, (size_t)CD, n, KD);
+    be_copy_rows(be, H->lk, (size_t)KD, H->conv_out + KD, (size_t)CD, n, KD);
+    be_copy_rows(be, H->lv, (size_t)VD, H->conv_out + 2 * KD, (size_t)CD, n, VD);
     be_l2norm(be, H->lq, n * Hk, Dk, hp->rms_eps, H->lq);
     be_l2norm(be, H->lk, n * Hk, Dk, hp->rms_eps, H->lk);
 

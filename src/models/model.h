@@ -83,6 +83,7 @@ struct sluice_model {
     plan_machine_facts machine;
     plan_request request;
     plan plan;
+    backend *gpu;          /* the device backend holding the weights (NULL: CPU sessions) */
     char *path;            /* the model file (streaming reads it); NULL for in-memory models */
     bool watching;         /* holds a reference on the memory watchdog */
     void **owned;          /* buffers the model allocated (converted norms) */
@@ -95,7 +96,7 @@ struct arch_desc {
     int (*load)(sluice_model *m, char *err, size_t err_len);
     /* bytes of per-session state for a context of n_ctx positions */
     uint64_t (*state_bytes)(const sluice_model *m, int n_ctx);
-    model_state *(*state_new)(const sluice_model *m, int n_ctx, int n_batch);
+    model_state *(*state_new)(const sluice_model *m, backend *be, int n_ctx, int n_batch);
     void (*state_free)(model_state *st);
     void (*state_reset)(model_state *st);
     /* the part of state_bytes that does not grow with n_ctx (recurrent and conv state of
@@ -136,7 +137,7 @@ bool load_io_tensors(sluice_model *m, char *err, size_t n);
 
 /* The standard pre-norm decoder (llama, qwen3moe): state and forward. */
 uint64_t decoder_state_bytes(const sluice_model *m, int n_ctx);
-model_state *decoder_state_new(const sluice_model *m, int n_ctx, int n_batch);
+model_state *decoder_state_new(const sluice_model *m, backend *be, int n_ctx, int n_batch);
 void decoder_state_free(model_state *st);
 void decoder_state_reset(model_state *st);
 int decoder_forward(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens,

@@ -7,7 +7,15 @@
  *
  * Tokens are grouped by expert: each expert is acquired from the expert store once per batch
  * and multiplied as a small matrix over the tokens routed to it. Every token's result is
- * computed the same way whatever the grouping, so batch composition never changes bits. */
+ * computed the same way whatever the grouping, so batch composition never changes bits.
+ *
+ * Two ways to reach the experts, one routing and one combine rule:
+ *   - host loop (CPU backend): the routed ids come back to the host, each needed expert is
+ *     acquired, its tokens gathered, multiplied, scattered to their slots, then combined;
+ *   - expert table (device backends, be_has_expert_table): one moe_experts op reads the
+ *     experts through the backend's [layer][expert] table. The host sees the routing only when
+ *     a layer-by-layer streaming cache must fill slots first (store->per_layer) or a route
+ *     callback wants it; otherwise the layer runs without the host (a captured CUDA graph). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +24,21 @@
 #include "models/state.h"
 #include "runtime/watchdog.h"
 
-/* Per-state buffers for streaming, allocated on first use. */
+/* Per-state MoE bookkeeping, allocated on first use: host arrays (the routed ids the host needs
+ * to acquire experts, the rows routed to one expert) and backend buffers for the lookahead. */
 struct moe_scratch {
     int n_batch;
-    int32_t *need;   /* unique experts of the batch, in first-use order [n_expert] */
-    uint8_t *mark;   /* [n_expert] */
-    float *look_x;   /* lookahead: normed residual [n_batch][n_embd] */
-    float *look_r;   /* lookahead: router logits [n_batch][n_expert] */
-    int32_t *pred;   /* predicted experts of pred_layer [n_expert] */
+    int32_t *need;    /* unique experts of the batch, in first-use order [n_expert] */
+    uint8_t *mark;    /* [n_expert] */
+    int32_t *ids_h;   /* host copy of a layer's routed ids [n_batch][k] */
+    float *w_h;       /* host copy of their weights (route callback) */
+    int32_t *rows_h;  /* (token * k + slot) entries routed to one expert */
+    int32_t *look_h;  /* host copy of the lookahead's top-k */
+    float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
+    float *look_r;    /* lookahead: router logits [n_batch][n_expert] (backend memory) */
+    int32_t *look_ids; /* lookahead: top-k [n_batch][k] (backend memory) */
+    float *look_w;
+    int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
 };
 
@@ -32,8 +47,14 @@ void moe_state_release(model_state *st) {
     if (!x) return;
     free(x->need);
     free(x->mark);
-    free(x->look_x);
-    free(x->look_r);
+    free(x->ids_h);
+    free(x->w_h);
+    free(x->rows_h);
+    free(x->look_h);
+    state_release(st->be, x->look_x);
+    state_release(st->be, x->look_r);
+    state_release(st->be, x->look_ids);
+    state_release(st->be, x->look_w);
     free(x->pred);
     free(x);
     st->moe_extra = NULL;
@@ -44,16 +65,18 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     const hparams *hp = &m->hp;
     struct moe_scratch *x = calloc(1, sizeof *x);
     if (!x) return NULL;
-    const size_t B = (size_t)st->n_batch, X = (size_t)hp->n_expert;
+    const size_t B = (size_t)st->n_batch, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
     x->n_batch = st->n_batch;
     x->need = malloc(X * sizeof *x->need);
     x->mark = calloc(X, 1);
-    x->look_x = state_alloc(B * (size_t)hp->n_embd * sizeof(float));
-    x->look_r = state_alloc(B * X * sizeof(float));
+    x->ids_h = malloc(B * K * sizeof *x->ids_h);
+    x->w_h = malloc(B * K * sizeof *x->w_h);
+    x->rows_h = malloc(B * K * sizeof *x->rows_h);
+    x->look_h = malloc(B * K * sizeof *x->look_h);
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
     st->moe_extra = x;
-    if (!x->need || !x->mark || !x->look_x || !x->look_r || !x->pred) {
+    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->rows_h || !x->look_h || !x->pred) {
         moe_state_release(st);
         return NULL;
     }
@@ -66,66 +89,40 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
 static void lookahead(const sluice_model *m, model_state *st, backend *be, int il, int n,
                       struct moe_scratch *x) {
     const hparams *hp = &m->hp;
-    int next = il + 1;
+    const int next = il + 1, k = hp->n_expert_used;
     if (next >= hp->n_layer || !m->layers[next].ffn_gate_inp.data ||
         !m->layout.layers[next].present)
         return;
+    if (!x->look_x) { /* backend buffers on first use */
+        const size_t B = (size_t)x->n_batch;
+        x->look_x = state_alloc(be, B * (size_t)hp->n_embd * sizeof(float));
+        x->look_r = state_alloc(be, B * (size_t)hp->n_expert * sizeof(float));
+        x->look_ids = state_alloc(be, B * (size_t)k * sizeof(int32_t));
+        x->look_w = state_alloc(be, B * (size_t)k * sizeof(float));
+        if (!x->look_x || !x->look_r || !x->look_ids || !x->look_w) return; /* timing only */
+    }
     const layer_weights *N = &m->layers[next];
     be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
     be_matmul(be, &N->ffn_gate_inp, x->look_x, n, x->look_r);
+    be_moe_route(be, x->look_r, n, hp->n_expert, k, false, x->look_ids, x->look_w);
+    be_download(be, x->look_h, x->look_ids, (size_t)n * k * sizeof(int32_t));
     memset(x->mark, 0, (size_t)hp->n_expert);
     x->n_pred = 0;
-    for (int t = 0; t < n; t++) {
-        const float *r = x->look_r + (size_t)t * hp->n_expert;
-        for (int s = 0; s < hp->n_expert_used; s++) { /* top-k by logit (softmax keeps order) */
-            int best = -1;
-            for (int e = 0; e < hp->n_expert; e++)
-                if (!(x->mark[e] & 2) && (best < 0 || r[e] > r[best])) best = e;
-            x->mark[best] |= 2;
-            if (!(x->mark[best] & 1)) {
-                x->mark[best] |= 1;
-                x->pred[x->n_pred++] = best;
-            }
+    for (int i = 0; i < n * k; i++) {
+        const int32_t e = x->look_h[i];
+        if (!x->mark[e]) {
+            x->mark[e] = 1;
+            x->pred[x->n_pred++] = e;
         }
-        for (int e = 0; e < hp->n_expert; e++) x->mark[e] &= 1;
     }
     memset(x->mark, 0, (size_t)hp->n_expert);
     x->pred_layer = next;
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
 }
 
-/* ggml clamps the top-k weight sum from below before dividing */
-#define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
-
-static void route_token(const hparams *hp, float *p, int32_t *ids, float *w) {
-    const int ne = hp->n_expert, k = hp->n_expert_used;
-    float mx = -INFINITY;
-    for (int e = 0; e < ne; e++) mx = p[e] > mx ? p[e] : mx;
-    double sum = 0.0;
-    for (int e = 0; e < ne; e++) {
-        p[e] = expf(p[e] - mx);
-        sum += p[e];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int e = 0; e < ne; e++) p[e] *= inv;
-    /* top-k by descending probability; ties keep the lower expert id first */
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int e = 0; e < ne; e++) {
-            bool taken = false;
-            for (int j = 0; j < s; j++) taken |= ids[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        ids[s] = best;
-        w[s] = p[best];
-    }
-    if (hp->norm_topk) {
-        double ws = 0.0;
-        for (int s = 0; s < k; s++) ws += w[s];
-        float wsum = (float)ws;
-        if (wsum < MOE_MIN_WEIGHT_SUM) wsum = MOE_MIN_WEIGHT_SUM;
-        for (int s = 0; s < k; s++) w[s] /= wsum;
-    }
+bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be) {
+    return !st->route_fn && be_has_expert_table(be) && m->experts && m->experts->device_table &&
+           !m->experts->per_layer;
 }
 
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
@@ -133,14 +130,27 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
     const int k = hp->n_expert_used, E = hp->n_embd;
+    struct moe_scratch *xs = scratch_of(m, st);
+    if (!xs) return -1;
+    /* each layer routes into its own slice, so a step's routing can be read back afterwards */
+    int32_t *ids = st->moe_ids + (size_t)il * st->n_batch * k;
 
     be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
-    for (int t = 0; t < n; t++) {
-        route_token(hp, st->router + (size_t)t * hp->n_expert, st->moe_ids + (size_t)t * k,
-                    st->moe_w + (size_t)t * k);
-        if (st->route_fn)
-            st->route_fn(st->route_ctx, il, st->pos[t], k, st->moe_ids + (size_t)t * k,
-                         st->moe_w + (size_t)t * k);
+    be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, st->moe_w);
+
+    /* The expert table (device backends) needs the routing on the host only to prepare a
+     * streaming cache layer by layer or for a route callback; the CPU path always does. */
+    const bool table = be_has_expert_table(be) && m->experts->device_table;
+    const bool host = !table || st->route_fn || m->experts->per_layer;
+    int n_need = 0;
+    if (host) {
+        be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
+        if (st->route_fn) {
+            be_download(be, xs->w_h, st->moe_w, (size_t)n * k * sizeof(float));
+            for (int t = 0; t < n; t++)
+                st->route_fn(st->route_ctx, il, st->pos0 + t, k, xs->ids_h + (size_t)t * k,
+                             xs->w_h + (size_t)t * k);
+        }
     }
 
     char why[256];
@@ -148,28 +158,27 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         sluice_set_error("stopped by the memory watchdog: %s", why);
         return -1;
     }
-    /* the experts this batch needs, in first-use order */
-    struct moe_scratch *xs = scratch_of(m, st);
-    if (!xs) return -1;
-    int n_need = 0;
-    for (int i = 0; i < n * k; i++) {
-        int32_t e = st->moe_ids[i];
-        if (!xs->mark[e]) {
-            xs->mark[e] = 1;
-            xs->need[n_need++] = e;
+    if (host && (!table || m->experts->per_layer)) {
+        /* the experts this batch needs, in first-use order */
+        for (int i = 0; i < n * k; i++) {
+            int32_t e = xs->ids_h[i];
+            if (!xs->mark[e]) {
+                xs->mark[e] = 1;
+                xs->need[n_need++] = e;
+            }
         }
-    }
-    if (xs->pred_layer == il) { /* how good was the lookahead for this layer? */
-        int correct = 0;
-        for (int i = 0; i < xs->n_pred; i++) correct += xs->mark[xs->pred[i]];
-        m->experts->stats.prefetch_issued += (uint64_t)xs->n_pred;
-        m->experts->stats.prefetch_used += (uint64_t)correct;
-        xs->pred_layer = -1;
-    }
-    memset(xs->mark, 0, (size_t)hp->n_expert);
-    if (m->experts->streaming) {
-        expert_prefetch(m->experts, il, xs->need, n_need, true);
-        if (!m->params.no_prefetch) lookahead(m, st, be, il, n, xs);
+        if (xs->pred_layer == il) { /* how good was the lookahead for this layer? */
+            int correct = 0;
+            for (int i = 0; i < xs->n_pred; i++) correct += xs->mark[xs->pred[i]];
+            m->experts->stats.prefetch_issued += (uint64_t)xs->n_pred;
+            m->experts->stats.prefetch_used += (uint64_t)correct;
+            xs->pred_layer = -1;
+        }
+        memset(xs->mark, 0, (size_t)hp->n_expert);
+        if (m->experts->streaming) {
+            expert_prefetch(m->experts, il, xs->need, n_need, true);
+            if (!m->params.no_prefetch) lookahead(m, st, be, il, n, xs);
+        }
     }
 
     /* the shared expert first: its multiplications overlap the routed experts' reads */
@@ -181,36 +190,51 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
     }
 
-    for (int j = 0; j < n_need; j++) {
-        const int e = xs->need[j];
-        int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */
-        for (int i = 0; i < n * k; i++)
-            if (st->moe_ids[i] == e) st->moe_rows[m_rows++] = i;
-        expert_views ev;
-        if (expert_acquire(m->experts, il, e, &ev) != 0) return -1;
-        for (int r = 0; r < m_rows; r++)
-            memcpy(st->moe_x + (size_t)r * E, x + (size_t)(st->moe_rows[r] / k) * E,
-                   (size_t)E * sizeof(float));
-        be_matmul_swiglu(be, &ev.gate, &ev.up, st->moe_x, m_rows, st->ff_a);
-        be_matmul(be, &ev.down, st->ff_a, m_rows, st->moe_y);
-        expert_release(m->experts, il, e);
-        for (int r = 0; r < m_rows; r++)
-            memcpy(st->moe_slots + (size_t)st->moe_rows[r] * E, st->moe_y + (size_t)r * E,
-                   (size_t)E * sizeof(float));
-    }
-
-    for (int t = 0; t < n; t++) {
-        float *o = out + (size_t)t * E;
-        const float *w = st->moe_w + (size_t)t * k;
-        const float *s0 = st->moe_slots + (size_t)t * k * E;
-        for (int i = 0; i < E; i++) o[i] = s0[i] * w[0];
-        for (int s = 1; s < k; s++) {
-            const float *ss = s0 + (size_t)s * E;
-            for (int i = 0; i < E; i++) o[i] += ss[i] * w[s];
+    if (table) {
+        /* a layer-by-layer cache (re)points the table's entries at the slots it acquired */
+        int acquired = 0;
+        for (; acquired < n_need; acquired++) {
+            expert_views ev;
+            if (expert_acquire(m->experts, il, xs->need[acquired], &ev) != 0) break;
         }
+        int rc = acquired == n_need ? be->ops->moe_experts(be, il, x, n, ids, st->moe_w, k, out)
+                                    : -1;
+        for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
+        if (rc != 0) return -1;
+    } else {
+        for (int j = 0; j < n_need; j++) {
+            const int e = xs->need[j];
+            int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */
+            for (int i = 0; i < n * k; i++)
+                if (xs->ids_h[i] == e) xs->rows_h[m_rows++] = i;
+            expert_views ev;
+            if (expert_acquire(m->experts, il, e, &ev) != 0) return -1;
+            be_upload(be, st->moe_rows, xs->rows_h, (size_t)m_rows * sizeof(int32_t));
+            be_gather_rows(be, st->moe_x, x, st->moe_rows, k, m_rows, E);
+            be_matmul_swiglu(be, &ev.gate, &ev.up, st->moe_x, m_rows, st->ff_a);
+            be_matmul(be, &ev.down, st->ff_a, m_rows, st->moe_y);
+            expert_release(m->experts, il, e);
+            be_scatter_rows(be, st->moe_slots, st->moe_rows, st->moe_y, m_rows, E);
+        }
+        be_moe_combine(be, st->moe_slots, st->moe_w, n, k, E, out);
     }
 
     /* llama.cpp's order: routed sum + (shared output * gate) */
     if (shared) be_add(be, out, st->shexp_out, (size_t)n * E);
+    return 0;
+}
+
+int moe_step_end(const sluice_model *m, model_state *st, int n) {
+    expert_store *s = m->experts;
+    if (!s || !s->ops->observe || !st->moe_extra) return 0;
+    const hparams *hp = &m->hp;
+    const int k = hp->n_expert_used;
+    struct moe_scratch *xs = st->moe_extra;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!m->layers[il].ffn_gate_inp.data || !m->layout.layers[il].present) continue;
+        be_download(st->be, xs->ids_h, st->moe_ids + (size_t)il * st->n_batch * k,
+                    (size_t)n * k * sizeof(int32_t));
+        if (s->ops->observe(s, il, xs->ids_h, n * k) != 0) return -1;
+    }
     return 0;
 }

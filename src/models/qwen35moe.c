@@ -222,26 +222,27 @@ static uint64_t hybrid_state_bytes(const sluice_model *m, int n_ctx) {
 
 static void hybrid_state_free(model_state *st) {
     if (!st) return;
+    backend *be = st->be;
     struct hybrid_state *H = st->hybrid;
     if (H) {
         float *bufs[] = {H->conv, H->ssm, H->qkv, H->conv_out, H->lq, H->lk, H->lv, H->z,
                          H->beta, H->alpha, H->ba, H->mix, H->out, H->qg, H->gate};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) state_release(be, bufs[i]);
         free(H->slot);
         free(H);
     }
     void *std_bufs[] = {st->kv_k, st->kv_v, st->x, st->cur, st->tmp, st->q, st->k, st->v,
-                        st->attn, st->ff_a, st->ff_b, st->pos, st->router, st->moe_ids,
+                        st->attn, st->ff_a, st->ff_b, st->router, st->moe_ids,
                         st->moe_w, st->moe_slots, st->moe_x, st->moe_y, st->moe_rows,
                         st->logits, st->shexp_gate, st->shexp_out};
-    for (size_t i = 0; i < sizeof std_bufs / sizeof std_bufs[0]; i++) free(std_bufs[i]);
+    for (size_t i = 0; i < sizeof std_bufs / sizeof std_bufs[0]; i++) state_release(be, std_bufs[i]);
     moe_state_release(st);
     free(st);
 }
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
-static model_state *hybrid_state_new(const sluice_model *m, int n_ctx, int n_batch) {
+static model_state *hybrid_state_new(const sluice_model *m, backend *be, int n_ctx, int n_batch) {
     const hparams *hp = &m->hp;
     model_state *st = calloc(1, sizeof *st);
     struct hybrid_state *H = calloc(1, sizeof *H);
@@ -251,6 +252,7 @@ static model_state *hybrid_state_new(const sluice_model *m, int n_ctx, int n_bat
         return NULL;
     }
     st->hybrid = H;
+    st->be = be;
     st->n_ctx = n_ctx;
     st->n_batch = n_batch;
     const size_t B = (size_t)n_batch, F = sizeof(float), E = (size_t)hp->n_embd;
@@ -274,49 +276,52 @@ static model_state *hybrid_state_new(const sluice_model *m, int n_ctx, int n_bat
 
     st->kv_row_k = (size_t)hp->n_head_kv * hp->head_dim_k;
     st->kv_row_v = (size_t)hp->n_head_kv * hp->head_dim_v;
-    st->kv_k = state_alloc((size_t)n_attn * n_ctx * st->kv_row_k * F);
-    st->kv_v = state_alloc((size_t)n_attn * n_ctx * st->kv_row_v * F);
-    st->x = state_alloc(B * E * F);
-    st->cur = state_alloc(B * E * F);
-    st->tmp = state_alloc(B * E * F);
-    st->q = state_alloc(B * Q * F);
-    st->k = state_alloc(B * st->kv_row_k * F);
-    st->v = state_alloc(B * st->kv_row_v * F);
-    st->attn = state_alloc(B * (size_t)hp->n_head * hp->head_dim_v * F);
-    st->ff_a = state_alloc(B * ff * F);
-    st->ff_b = state_alloc(B * ff * F);
-    st->pos = state_alloc(B * sizeof(int32_t));
-    st->logits = state_alloc((size_t)hp->n_vocab * F);
-    st->router = state_alloc(B * hp->n_expert * F);
-    st->moe_ids = state_alloc(B * k_used * sizeof(int32_t));
-    st->moe_w = state_alloc(B * k_used * F);
-    st->moe_slots = state_alloc(B * k_used * E * F);
-    st->moe_x = state_alloc(B * E * F);
-    st->moe_y = state_alloc(B * E * F);
-    st->moe_rows = state_alloc(B * k_used * sizeof(int32_t));
-    st->shexp_gate = state_alloc(B * F);
-    st->shexp_out = state_alloc(B * E * F);
+    st->kv_k = state_alloc(be, (size_t)n_attn * n_ctx * st->kv_row_k * F);
+    st->kv_v = state_alloc(be, (size_t)n_attn * n_ctx * st->kv_row_v * F);
+    st->x = state_alloc(be, B * E * F);
+    st->cur = state_alloc(be, B * E * F);
+    st->tmp = state_alloc(be, B * E * F);
+    st->q = state_alloc(be, B * Q * F);
+    st->k = state_alloc(be, B * st->kv_row_k * F);
+    st->v = state_alloc(be, B * st->kv_row_v * F);
+    st->attn = state_alloc(be, B * (size_t)hp->n_head * hp->head_dim_v * F);
+    st->ff_a = state_alloc(be, B * ff * F);
+    st->ff_b = state_alloc(be, B * ff * F);
+    if (!be->host_memory) st->logits = state_alloc(be, STATE_LOGIT_ROWS * (size_t)hp->n_vocab * F);
+    st->router = state_alloc(be, B * hp->n_expert * F);
+    st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
+    st->moe_w = state_alloc(be, B * k_used * F);
+    const bool table = be_has_expert_table(be); /* device backends: no per-expert rows */
+    if (!table) {
+        st->moe_slots = state_alloc(be, B * k_used * E * F);
+        st->moe_x = state_alloc(be, B * E * F);
+        st->moe_y = state_alloc(be, B * E * F);
+        st->moe_rows = state_alloc(be, B * k_used * sizeof(int32_t));
+    }
+    st->shexp_gate = state_alloc(be, B * F);
+    st->shexp_out = state_alloc(be, B * E * F);
 
-    H->conv = state_alloc((size_t)n_rec * H->conv_len * F);
-    H->ssm = state_alloc((size_t)n_rec * H->ssm_len * F);
-    H->qkv = state_alloc(B * CD * F);
-    H->conv_out = state_alloc(B * CD * F);
-    H->lq = state_alloc(B * KD * F);
-    H->lk = state_alloc(B * KD * F);
-    H->lv = state_alloc(B * VD * F);
-    H->z = state_alloc(B * VD * F);
-    H->beta = state_alloc(B * hp->ssm_n_v_head * F);
-    H->alpha = state_alloc(B * hp->ssm_n_v_head * F);
-    H->ba = state_alloc(B * 2 * hp->ssm_n_v_head * F);
-    H->mix = legacy ? state_alloc(B * (CD + VD) * F) : NULL;
-    H->out = state_alloc(B * VD * F);
-    H->qg = state_alloc(B * 2 * Q * F);
-    H->gate = state_alloc(B * Q * F);
+    H->conv = state_alloc(be, (size_t)n_rec * H->conv_len * F);
+    H->ssm = state_alloc(be, (size_t)n_rec * H->ssm_len * F);
+    H->qkv = state_alloc(be, B * CD * F);
+    H->conv_out = state_alloc(be, B * CD * F);
+    H->lq = state_alloc(be, B * KD * F);
+    H->lk = state_alloc(be, B * KD * F);
+    H->lv = state_alloc(be, B * VD * F);
+    H->z = state_alloc(be, B * VD * F);
+    H->beta = state_alloc(be, B * hp->ssm_n_v_head * F);
+    H->alpha = state_alloc(be, B * hp->ssm_n_v_head * F);
+    H->ba = state_alloc(be, B * 2 * hp->ssm_n_v_head * F);
+    H->mix = legacy ? state_alloc(be, B * (CD + VD) * F) : NULL;
+    H->out = state_alloc(be, B * VD * F);
+    H->qg = state_alloc(be, B * 2 * Q * F);
+    H->gate = state_alloc(be, B * Q * F);
 
     bool ok = H->slot && st->kv_k && st->kv_v && st->x && st->cur && st->tmp && st->q &&
-              st->k && st->v && st->attn && st->ff_a && st->ff_b && st->pos && st->logits &&
-              st->router && st->moe_ids && st->moe_w && st->moe_slots && st->moe_x &&
-              st->moe_y && st->moe_rows && st->shexp_gate && st->shexp_out && H->conv &&
+              st->k && st->v && st->attn && st->ff_a && st->ff_b &&
+              (st->logits || be->host_memory) && st->router && st->moe_ids && st->moe_w &&
+              (table || (st->moe_slots && st->moe_x && st->moe_y && st->moe_rows)) &&
+              st->shexp_gate && st->shexp_out && H->conv &&
               H->ssm && H->qkv && H->conv_out && H->lq && H->lk && H->lv && H->z && H->beta &&
               H->alpha && H->ba && (H->mix || !legacy) && H->out && H->qg && H->gate;
     if (!ok) {
@@ -330,8 +335,8 @@ static model_state *hybrid_state_new(const sluice_model *m, int n_ctx, int n_bat
  * past the session's position are never read). */
 static void hybrid_state_reset(model_state *st) {
     struct hybrid_state *H = st->hybrid;
-    memset(H->conv, 0, (size_t)H->n_rec * H->conv_len * sizeof(float));
-    memset(H->ssm, 0, (size_t)H->n_rec * H->ssm_len * sizeof(float));
+    be_memzero(st->be, H->conv, (size_t)H->n_rec * H->conv_len * sizeof(float));
+    be_memzero(st->be, H->ssm, (size_t)H->n_rec * H->ssm_len * sizeof(float));
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -345,11 +350,8 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     const int nh = hp->n_head, hd = hp->head_dim_k;
     be_matmul(be, &L->wq, st->cur, n, H->qg);
     /* each head's rows are [query (hd) | gate (hd)] */
-    for (int r = 0; r < n * nh; r++) {
-        memcpy(st->q + (size_t)r * hd, H->qg + (size_t)r * 2 * hd, (size_t)hd * sizeof(float));
-        memcpy(H->gate + (size_t)r * hd, H->qg + (size_t)r * 2 * hd + hd,
-               (size_t)hd * sizeof(float));
-    }
+    be_copy_rows(be, st->q, (size_t)hd, H->qg, (size_t)2 * hd, n * nh, hd);
+    be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
     be_matmul(be, &L->wk, st->cur, n, st->k);
     be_matmul(be, &L->wv, st->cur, n, st->v);
     be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
@@ -359,8 +361,7 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     const int slot = H->slot[il];
     float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
-    memcpy(kc + (size_t)pos0 * st->kv_row_k, st->k, (size_t)n * st->kv_row_k * sizeof(float));
-    memcpy(vc + (size_t)pos0 * st->kv_row_v, st->v, (size_t)n * st->kv_row_v * sizeof(float));
+    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
     be_attention(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v,
                  1.0f / sqrtf((float)hd), st->attn);
     be_sigmoid_mul(be, st->attn, H->gate, n, nh * hd, nh * hd);
@@ -372,8 +373,10 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
                           bool all_logits) {
     const hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd;
-    for (int t = 0; t < n; t++) st->pos[t] = pos0 + t;
-    be_embed(be, &m->tok_embd, tokens, n, st->x);
+    const int32_t *ids;
+    be_set_inputs(be, tokens, n, pos0, &ids, &st->pos);
+    st->pos0 = pos0;
+    be_embed(be, &m->tok_embd, ids, n, st->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
@@ -386,9 +389,7 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
     }
     if (!logits) return 0; /* an intermediate prompt chunk */
     const float *rows = all_logits ? st->x : st->x + (size_t)(n - 1) * E;
-    const int n_out = all_logits ? n : 1;
-    be_rmsnorm(be, rows, &m->output_norm, n_out, hp->n_embd, hp->rms_eps, st->cur);
-    be_matmul(be, &m->output, st->cur, n_out, logits);
+    model_output_logits(m, st, be, rows, all_logits ? n : 1, logits);
     return 0;
 }
 

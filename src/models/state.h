@@ -1,5 +1,7 @@
 /* Per-session memory of a model: the KV cache and the activation buffers of one forward pass
- * over at most n_batch tokens. Sized once when the session is created. */
+ * over at most n_batch tokens. Sized once when the session is created, in the backend's memory
+ * (state_alloc): host memory on the CPU backend, device memory on CUDA. Host-side bookkeeping
+ * (the MoE scratch) is plain host memory. */
 #ifndef SLUICE_STATE_H
 #define SLUICE_STATE_H
 
@@ -9,6 +11,7 @@
 #include "models/model.h"
 
 struct model_state {
+    backend *be;                 /* owns the buffers below */
     int n_ctx, n_batch;
     /* KV cache: per layer [n_ctx][n_head_kv * head_dim] floats, K after norm and RoPE */
     float *kv_k, *kv_v;
@@ -18,15 +21,18 @@ struct model_state {
     float *cur, *tmp;            /* [n_embd] */
     float *q, *k, *v, *attn;     /* attention projections and output */
     float *ff_a, *ff_b;          /* FFN hidden [max(n_ff, n_ff_exp)] */
-    int32_t *pos;
+    const int32_t *pos;          /* positions of the batch (set_inputs: backend-owned) */
+    int pos0;                    /* the batch's first position (host copy) */
     /* MoE */
     float *router;               /* [n_expert] logits, then probabilities */
-    int32_t *moe_ids;            /* [n_expert_used] chosen experts */
+    int32_t *moe_ids;            /* [n_layer][n_batch][n_expert_used] chosen experts: each
+                                  * layer routes into its own slice (read back after a step) */
     float *moe_w;                /* [n_expert_used] their weights */
     float *moe_slots;            /* [n_expert_used][n_embd] each expert's output */
     float *moe_x, *moe_y;        /* tokens gathered for one expert [n_embd] */
     int32_t *moe_rows;           /* (token, slot) pairs routed to one expert */
-    float *logits;               /* [n_vocab] scratch when only the last row is wanted */
+    float *logits;               /* [STATE_LOGIT_ROWS][n_vocab] output rows before download
+                                  * (device backends; NULL when backend memory is host memory) */
     /* shared expert (allocated by the hybrid state): [n_batch] gate logits, [n_batch][n_embd] */
     float *shexp_gate, *shexp_out;
     /* hybrid models: recurrent state and linear-attention buffers (models/hybrid.h) */
@@ -41,13 +47,31 @@ struct model_state {
 /* Free what moe_forward allocated on first use (every state_free must call it). */
 void moe_state_release(model_state *st);
 
-/* One allocation helper: zeroed, 64-byte aligned, NULL on failure. */
-void *state_alloc(size_t bytes);
+/* Backend memory for state buffers: zeroed, aligned, NULL on failure; state_release frees. */
+void *state_alloc(backend *be, size_t bytes);
+void state_release(backend *be, void *p);
+
+/* Logit rows computed per output-head pass when they must be downloaded from the backend. */
+#define STATE_LOGIT_ROWS 32
+
+/* The output head: logits[r] = Wout · rmsnorm(rows[r]) for r < n_out, rows in backend memory,
+ * logits host memory (models/decoder.c). */
+void model_output_logits(const sluice_model *m, model_state *st, backend *be, const float *rows,
+                         int n_out, float *logits);
 
 /* MoE feed-forward for n tokens of layer il: out[t] = sum_k w_tk * expert_k(x[t]) (models/moe.c),
  * plus sigmoid(g · x[t]) * shared_expert(x[t]) when the layer has a shared expert.
  * 0, or -1 when the expert store fails. */
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                 int n, float *out);
+
+/* True when the MoE layers need nothing from the host during a forward pass (the expert table
+ * is complete, no layer-by-layer cache, no route callback): a device backend may then capture
+ * the whole pass as a graph and replay it. */
+bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be);
+
+/* After a forward pass of n tokens: hand every MoE layer's routing to the expert store's
+ * observer (a zero-copy cache promotes hot experts between steps). 0 or -1. */
+int moe_step_end(const sluice_model *m, model_state *st, int n);
 
 #endif

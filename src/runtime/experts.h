@@ -32,13 +32,20 @@ typedef struct expert_store_ops {
      * acquired and released; otherwise a speculative hint that evicts nothing in demand. */
     void (*prefetch)(expert_store *s, int layer, const int32_t *experts, int n, bool demand);
     void (*free)(expert_store *s);
+    /* After a forward pass: the experts layer `layer` used (n entries, repeats allowed). A
+     * store that keeps a device expert table current without the host in the loop (zero-copy
+     * misses) counts hits and promotes hot experts here. May be NULL. 0 or -1. */
+    int (*observe)(expert_store *s, int layer, const int32_t *experts, int n);
 } expert_store_ops;
 
 struct expert_store {
     const expert_store_ops *ops;
     int n_layer;
     int n_expert;
-    bool streaming; /* reads from storage: worth prefetching */
+    bool streaming;    /* reads from storage (or host memory): worth prefetching */
+    bool device_table; /* keeps a device backend's expert table current (experts_gpu.c) */
+    bool per_layer;    /* with device_table: each layer's experts must be acquired before the
+                        * backend reads the table (the slots are filled then) */
     sluice_expert_stats stats;
 };
 

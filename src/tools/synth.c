@@ -499,7 +499,9 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
         goto done;
     }
     uint64_t data_bytes = 0;
-    for (int i = 0; i < pl.n; i++) data_bytes += (pl.t[i].nbytes + 31) / 32 * 32;
+    /* the writer pads every tensor to the default alignment (it sets no other) */
+    const uint64_t al = GGUF_DEFAULT_ALIGNMENT;
+    for (int i = 0; i < pl.n; i++) data_bytes += (pl.t[i].nbytes + al - 1) / al * al;
     const uint64_t file_bytes = hlen + data_bytes;
     if (!o->dry_run) {
         /* write to a temporary name, renamed only when complete; opened before anything is
@@ -561,7 +563,7 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
         s.log = log;
         s.t0 = t0;
         s.last_pct = -1;
-        if (build_pieces(&s, 32) != 0) {
+        if (build_pieces(&s, GGUF_DEFAULT_ALIGNMENT) != 0) {
             snprintf(err, n, "out of memory");
             goto done;
         }

@@ -210,6 +210,9 @@ else
   NODE_PATH=$NODE_DIR/node_modules node "$SRC/tests/server/openai_test.cjs" "$URL_stories" "$URL_chatml" ||
     fail "openai client tests"
   pass "openai npm client ($(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$NODE_DIR/node_modules/openai/package.json"))"
+  node "$SRC/tests/server/mutate_requests.cjs" "$URL_stories" 300 || fail "mutated requests"
+  alive stories
+  pass "mutated requests"
 fi
 
 # ---- thinking on/off with a Qwen3-style template ---------------------------------------

@@ -72,8 +72,8 @@ static float *eval_last(sluice_model *m, const int32_t *ids, int n, int batch, i
  * form chosen (chunk 0: recurrence), the prompt in batches of `batch`. */
 static float *eval_internal(const sluice_model *m, const int32_t *ids, int n, int batch, int chunk) {
     const int V = m->hp.n_vocab;
-    model_state *st = m->arch->state_new(m, n, batch);
     backend *be = backend_cpu_new(2);
+    model_state *st = be ? m->arch->state_new(m, be, n, batch) : NULL;
     float *lg = malloc((size_t)n * V * sizeof *lg);
     if (!st || !be || !lg) abort();
     st->hybrid->gdn_chunk = chunk;

@@ -116,7 +116,10 @@ bool kernel_amx_usable(void) {
 
 kernel_dot_fn kernel_dot(uint32_t type) {
     ensure_init();
-    return type < GGML_TYPE_COUNT ? sets[cur_isa].dot[type] : NULL;
+    if (type < GGML_TYPE_COUNT) return sets[cur_isa].dot[type];
+    /* sluice-private types (MLX affine, ids 100+) have only their scalar reference */
+    const quant_traits *qt = quant_traits_of(type);
+    return qt ? qt->dot : NULL;
 }
 
 quant_quantize_fn kernel_quantize(uint32_t act_type) {

@@ -360,15 +360,55 @@ static void unpack_iq4_xs(const uint8_t *x, kq_row *o) {
     o->d = ld_f16(x);
 }
 
+/* IQ2/IQ3: signed grid magnitudes times the odd scales 2 ls + 1 */
+static inline void unpack_iq(const uint8_t *x, kq_row *o, iq_group (*group)(const uint8_t *, int)) {
+    for (int g = 0; g < 8; g++) {
+        iq_group G = group(x, g);
+        __m256i v = _mm256_sign_epi8(G.mag, _mm256_or_si256(sign_bytes(G.signs), _mm256_set1_epi8(1)));
+        __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)G.s0)),
+                                        _mm256_set1_epi16((short)G.s1), 1);
+        _mm512_storeu_si512(o->w + 32 * g, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(v), sc));
+    }
+    o->d = ld_f16(x);
+}
+static void unpack_iq2_xxs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_xxs_group); }
+static void unpack_iq2_xs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_xs_group); }
+static void unpack_iq2_s(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_s_group); }
+static void unpack_iq3_xxs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq3_xxs_group); }
+static void unpack_iq3_s(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq3_s_group); }
+
 typedef struct kq_tile_type {
     void (*unpack)(const uint8_t *x, kq_row *o);
     int block_bytes;
     int has_min;
+    float factor; /* the reference's final factor (result = factor * sumf), 0: none */
 } kq_tile_type;
 
-static const kq_tile_type kq_q2_k = {unpack_q2_k, 84, 1}, kq_q3_k = {unpack_q3_k, 110, 0},
-                          kq_q4_k = {unpack_q4_k, 144, 1}, kq_q5_k = {unpack_q5_k, 176, 1},
-                          kq_q6_k = {unpack_q6_k, 210, 0}, kq_iq4_xs = {unpack_iq4_xs, 136, 0};
+static const kq_tile_type kq_q2_k = {unpack_q2_k, 84, 1, 0}, kq_q3_k = {unpack_q3_k, 110, 0, 0},
+                          kq_q4_k = {unpack_q4_k, 144, 1, 0}, kq_q5_k = {unpack_q5_k, 176, 1, 0},
+                          kq_q6_k = {unpack_q6_k, 210, 0, 0}, kq_iq4_xs = {unpack_iq4_xs, 136, 0, 0},
+                          kq_iq2_xxs = {unpack_iq2_xxs, 66, 0, 0.125f}, kq_iq2_xs = {unpack_iq2_xs, 74, 0, 0.125f},
+                          kq_iq2_s = {unpack_iq2_s, 82, 0, 0.125f}, kq_iq3_xxs = {unpack_iq3_xxs, 98, 0, 0.25f},
+                          kq_iq3_s = {unpack_iq3_s, 110, 0, 0};
+
+/* The reference's float step for R rows and one token block, lane-wise (lane = token):
+ * sumf += (d*da)*isum [- (dmin*da)*summs]; sumf of row r at acc[r * stride]. */
+static inline void kq_float(const kq_tile_type *kt, const kq_row *rw, int R, const uint8_t *blk, const __m512i *isum,
+                            __m512 *acc, int stride) {
+    __m512 vda = _mm512_load_ps((const float *)(blk + 128 * 64));
+    const __m512i *bsp = (const __m512i *)(blk + 128 * 64 + 64);
+    for (int r = 0; r < R; r++) {
+        __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
+        if (kt->has_min) {
+            __m512i m = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++)
+                m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
+            __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
+            t = _mm512_sub_ps(t, mt);
+        }
+        acc[r * stride] = _mm512_add_ps(acc[r * stride], t);
+    }
+}
 
 /* Rows r0..r0+R-1 (R <= 4) against token blocks tb0..tb1-1: accumulates into acc[r][tb - tb0]. */
 static inline void kq_rows(const kq_tile_type *kt, int64_t nsb, const uint8_t *w, size_t ws, int R,
@@ -378,7 +418,32 @@ static inline void kq_rows(const kq_tile_type *kt, int64_t nsb, const uint8_t *w
         for (int r = 0; r < R; r++) kt->unpack(w + (size_t)r * ws + (size_t)sb * (size_t)kt->block_bytes, &rw[r]);
         const int32_t *w0 = (const int32_t *)rw[0].w, *w1 = (const int32_t *)rw[1].w,
                       *w2 = (const int32_t *)rw[2].w, *w3 = (const int32_t *)rw[3].w;
-        for (int tb = tb0; tb < tb1; tb++) {
+        int tb = tb0;
+        if (R == 4) {
+            /* two token blocks at once: each broadcast weight pair feeds two multiplies */
+            for (; tb + 1 < tb1; tb += 2) {
+                const uint8_t *blk = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK;
+                const __m512i *A = (const __m512i *)blk, *B = (const __m512i *)(blk + (size_t)nsb * SB_PACK);
+                __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                for (int p = 0; p < 128; p++) {
+                    __m512i av = _mm512_load_si512(A + p), bv = _mm512_load_si512(B + p);
+                    __m512i x0 = _mm512_set1_epi32(w0[p]), x1 = _mm512_set1_epi32(w1[p]);
+                    __m512i x2 = _mm512_set1_epi32(w2[p]), x3 = _mm512_set1_epi32(w3[p]);
+                    a0 = _mm512_dpwssd_epi32(a0, x0, av);
+                    b0 = _mm512_dpwssd_epi32(b0, x0, bv);
+                    a1 = _mm512_dpwssd_epi32(a1, x1, av);
+                    b1 = _mm512_dpwssd_epi32(b1, x1, bv);
+                    a2 = _mm512_dpwssd_epi32(a2, x2, av);
+                    b2 = _mm512_dpwssd_epi32(b2, x2, bv);
+                    a3 = _mm512_dpwssd_epi32(a3, x3, av);
+                    b3 = _mm512_dpwssd_epi32(b3, x3, bv);
+                }
+                __m512i ia[4] = {a0, a1, a2, a3}, ib[4] = {b0, b1, b2, b3};
+                kq_float(kt, rw, R, blk, ia, &acc[0][tb - tb0], TB_CHUNK);
+                kq_float(kt, rw, R, blk + (size_t)nsb * SB_PACK, ib, &acc[0][tb + 1 - tb0], TB_CHUNK);
+            }
+        }
+        for (; tb < tb1; tb++) {
             const uint8_t *blk = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK;
             const __m512i *A = (const __m512i *)blk;
             __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
@@ -399,20 +464,7 @@ static inline void kq_rows(const kq_tile_type *kt, int64_t nsb, const uint8_t *w
                 }
             }
             __m512i isum[4] = {i0, i1, i2, i3};
-            __m512 vda = _mm512_load_ps((const float *)(blk + 128 * 64));
-            const __m512i *bsp = (const __m512i *)(blk + 128 * 64 + 64);
-            for (int r = 0; r < R; r++) {
-                /* the reference's float step, lane-wise: sumf += (d*da)*isum [- (dmin*da)*summs] */
-                __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
-                if (kt->has_min) {
-                    __m512i m = _mm512_setzero_si512();
-                    for (int j = 0; j < 8; j++)
-                        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
-                    __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
-                    t = _mm512_sub_ps(t, mt);
-                }
-                acc[r][tb - tb0] = _mm512_add_ps(acc[r][tb - tb0], t);
-            }
+            kq_float(kt, rw, R, blk, isum, &acc[0][tb - tb0], TB_CHUNK);
         }
     }
 }
@@ -432,7 +484,9 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
             for (int r = 0; r < R; r++)
                 for (int tb = tb0; tb < tb1; tb++) {
                     float v[16];
-                    _mm512_storeu_ps(v, acc[r][tb - tb0]);
+                    __m512 res = acc[r][tb - tb0];
+                    if (kt->factor != 0.0f) res = _mm512_mul_ps(_mm512_set1_ps(kt->factor), res);
+                    _mm512_storeu_ps(v, res);
                     for (int k = 0; k < 16 && tb * 16 + k < toks; k++) out[(size_t)(tb * 16 + k) * os + (size_t)(r0 + r)] = v[k];
                 }
         }
@@ -451,15 +505,111 @@ KQ_TILE(tile_q4_k, kq_q4_k)
 KQ_TILE(tile_q5_k, kq_q5_k)
 KQ_TILE(tile_q6_k, kq_q6_k)
 KQ_TILE(tile_iq4_xs, kq_iq4_xs)
+KQ_TILE(tile_iq2_xxs, kq_iq2_xxs)
+KQ_TILE(tile_iq2_xs, kq_iq2_xs)
+KQ_TILE(tile_iq2_s, kq_iq2_s)
+KQ_TILE(tile_iq3_xxs, kq_iq3_xxs)
+KQ_TILE(tile_iq3_s, kq_iq3_s)
+
+/* ---- attention, 512-bit (mirrors kernel_attn_ref; see kernels.h) ------------------------- */
+
+static inline __m512 exp_s16(__m512 x) {
+    __mmask16 valid = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(1.42860677e-06f)));
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps(valid, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+/* The reference's 16-lane fold: lane j += lane j + w for w = 8, 4, 2, 1. */
+static inline float fold16_ps(__m512 v) {
+    __m256 t = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    u = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
+    return _mm_cvtss_f32(u);
+}
+
+/* hd = 16 * NQ, hd_v = 16 * NV with the query and the output accumulators in registers. */
+#define ATTN512(NAME, NQ, NV)                                                                              \
+    static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v, \
+                     size_t v_stride, int n_kv, float scale, float *out, size_t out_stride, float *work) {   \
+        (void)work;                                                                                         \
+        for (int g = 0; g < G; g++) {                                                                       \
+            __m512 qv[NQ], o[NV];                                                                           \
+            for (int j = 0; j < NQ; j++) qv[j] = _mm512_loadu_ps(q + (size_t)g * q_stride + 16 * j);        \
+            for (int j = 0; j < NV; j++) o[j] = _mm512_setzero_ps();                                        \
+            float m = -INFINITY;                                                                            \
+            double l = 0.0;                                                                                 \
+            _Alignas(64) float sc[KERNEL_ATTN_TILE], e[KERNEL_ATTN_TILE];                                   \
+            for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {                                           \
+                int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;                       \
+                float mt = -INFINITY;                                                                       \
+                for (int p = 0; p < nt; p++) {                                                              \
+                    const float *kp = k + (size_t)(p0 + p) * k_stride;                                      \
+                    __m512 acc = _mm512_setzero_ps();                                                       \
+                    for (int j = 0; j < NQ; j++) acc = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc); \
+                    sc[p] = fold16_ps(acc) * scale;                                                         \
+                    mt = sc[p] > mt ? sc[p] : mt;                                                           \
+                }                                                                                           \
+                float mn = m > mt ? m : mt;                                                                 \
+                float c = kernel_exp_s(m - mn);                                                             \
+                l = l * (double)c;                                                                          \
+                __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(mn);                                     \
+                for (int j = 0; j < NV; j++) o[j] = _mm512_mul_ps(o[j], vc);                                \
+                for (int p = 0; p < nt; p += 16)                                                            \
+                    _mm512_store_ps(e + p, exp_s16(_mm512_sub_ps(_mm512_maskz_loadu_ps(                     \
+                                                       (__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc + p), vm))); \
+                for (int p = 0; p < nt; p++) {                                                              \
+                    l = l + (double)e[p];                                                                   \
+                    const float *vp = v + (size_t)(p0 + p) * v_stride;                                      \
+                    __m512 ve = _mm512_set1_ps(e[p]);                                                       \
+                    for (int j = 0; j < NV; j++) o[j] = _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + 16 * j), o[j]); \
+                }                                                                                           \
+                m = mn;                                                                                     \
+            }                                                                                               \
+            __m512 inv = _mm512_set1_ps((float)(1.0 / l));                                                  \
+            for (int j = 0; j < NV; j++) _mm512_storeu_ps(out + (size_t)g * out_stride + 16 * j, _mm512_mul_ps(o[j], inv)); \
+        }                                                                                                   \
+    }
+ATTN512(attn512_64, 4, 4)
+ATTN512(attn512_128, 8, 8)
+
+static void attn_avx512(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
+                        size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
+                        float *work) {
+    if (hd == 128 && hd_v == 128)
+        attn512_128(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride, work);
+    else if (hd == 64 && hd_v == 64)
+        attn512_64(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride, work);
+    else
+        attn_x86(q, q_stride, G, k, k_stride, v, v_stride, n_kv, hd, hd_v, scale, out, out_stride, work);
+}
 
 void kernels_register_avx512(kernel_set *ks) {
+    kx_register_common(ks); /* the 256-bit kernels, then the 512-bit ones over them */
+    ks->attn = attn_avx512;
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k;
     ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
-    kx_register_common(ks);
+    ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs;
+    ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs;
+    ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
+    ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs;
+    ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
     ks->dot[GGML_TYPE_Q3_K] = dot_q3_k_512;
     ks->dot[GGML_TYPE_Q6_K] = dot_q6_k_512;

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/ops_moe.h"
 #include "backends/cpu/ops_ssm.h"
 #include "backends/cpu/threadpool.h"
 #include "formats/quant.h"
@@ -17,6 +18,7 @@ typedef struct cpu_backend {
     threadpool *pool;
     void *scratch; /* encoded activations, attention scores */
     size_t scratch_bytes;
+    struct cpu_ext *ext; /* step inputs (ops_moe.c) */
 } cpu_backend;
 
 static void *scratch(cpu_backend *c, size_t bytes) {
@@ -89,6 +91,7 @@ static void mm_pack_task(void *ctx, int ith, int nth) {
  * over them; the tokens' activations (a few KiB each) stay in L2 across the row tiles. */
 #define MM_ROW_BLOCK 16
 #define MM_TOK_BLOCK 16
+#define MM_PREFETCH_ROWS 4
 
 /* Rows [lo, hi) of the product for all tokens. */
 static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
@@ -106,6 +109,17 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
             int t1 = t0 + MM_TOK_BLOCK < j->n ? t0 + MM_TOK_BLOCK : j->n;
             const uint8_t *a = j->act + (size_t)t0 * j->act_row;
             float *o = j->out + (size_t)t0 * j->out_stride + (r0 - j->out_r0);
+            if (t1 - t0 == 1) {
+                /* one token (decode): a pure stream over the rows; prefetch a few KiB ahead so
+                 * the next rows are in flight while this one is multiplied */
+                for (int64_t r = r0; r < r1; r++) {
+                    const uint8_t *ahead = wd + (r + MM_PREFETCH_ROWS) * w->row_bytes;
+                    if (r + MM_PREFETCH_ROWS < hi)
+                        for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(ahead + off);
+                    o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
+                }
+                continue;
+            }
             for (int t = t0; t < t1; t++, a += j->act_row, o += j->out_stride)
                 for (int64_t r = r0; r < r1; r++) o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
         }
@@ -245,20 +259,45 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
 
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
 
+/* Row-wise ops run on the pool only when there is enough work to pay for a dispatch (a decode
+ * step's single row stays on the caller); every row is computed the same way either way. */
+#define PAR_MIN_ELEMS 32768
+
+typedef struct norm_job {
+    const float *x, *w;
+    int n_rows, dim;
+    float eps;
+    float *y;
+} norm_job;
+
+static void norm_rows(const norm_job *j, int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + (size_t)r * j->dim;
+        float *yr = j->y + (size_t)r * j->dim;
+        double sum = 0.0; /* as ggml: squares summed in double */
+        for (int i = 0; i < j->dim; i++) sum += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / sqrtf((float)(sum / j->dim) + j->eps);
+        if (j->w)
+            for (int i = 0; i < j->dim; i++) yr[i] = (xr[i] * scale) * j->w[i];
+        else
+            for (int i = 0; i < j->dim; i++) yr[i] = xr[i] * scale;
+    }
+}
+
+static void norm_task(void *ctx, int ith, int nth) {
+    norm_job *j = ctx;
+    int64_t lo, hi;
+    split(j->n_rows, ith, nth, &lo, &hi);
+    norm_rows(j, lo, hi);
+}
+
 static void cpu_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim,
                         float eps, float *y) {
-    const float *wv = w && w->data ? w->data : NULL;
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *yr = y + (size_t)r * dim;
-        double sum = 0.0; /* as ggml: squares summed in double */
-        for (int i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
-        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
-        if (wv)
-            for (int i = 0; i < dim; i++) yr[i] = (xr[i] * scale) * wv[i];
-        else
-            for (int i = 0; i < dim; i++) yr[i] = xr[i] * scale;
-    }
+    norm_job j = {x, w && w->data ? w->data : NULL, n_rows, dim, eps, y};
+    if ((int64_t)n_rows * dim < PAR_MIN_ELEMS || n_rows < 2)
+        norm_rows(&j, 0, n_rows);
+    else
+        threadpool_run(((cpu_backend *)b)->pool, norm_task, &j);
 }
 
 /* ---- rope --------------------------------------------------------------------------------- */
@@ -330,8 +369,25 @@ static void cpu_attention(backend *b, const float *q, const float *kc, const flo
 
 /* ---- elementwise -------------------------------------------------------------------------- */
 
+typedef struct add_job {
+    float *x;
+    const float *y;
+    size_t n;
+} add_job;
+
+static void add_task(void *ctx, int ith, int nth) {
+    add_job *j = ctx;
+    int64_t lo, hi;
+    split((int64_t)j->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) j->x[i] += j->y[i];
+}
+
 static void cpu_add(backend *b, float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    add_job j = {x, y, n};
+    if (n < PAR_MIN_ELEMS)
+        add_task(&j, 0, 1);
+    else
+        threadpool_run(((cpu_backend *)b)->pool, add_task, &j);
 }
 
 static void cpu_swiglu(backend *b, float *g, const float *u, size_t n) {
@@ -344,7 +400,13 @@ static void cpu_free(backend *b) {
     cpu_backend *c = (cpu_backend *)b;
     threadpool_free(c->pool);
     free(c->scratch);
+    cpu_ext_free(c->ext);
     free(c);
+}
+
+static void cpu_set_inputs_op(backend *b, const int32_t *tokens, int n, int pos0,
+                              const int32_t **ids, const int32_t **pos) {
+    cpu_set_inputs(b, &((cpu_backend *)b)->ext, tokens, n, pos0, ids, pos);
 }
 
 static const backend_ops cpu_ops = {
@@ -363,6 +425,19 @@ static const backend_ops cpu_ops = {
     .gated_delta = cpu_gated_delta,
     .sigmoid_mul = cpu_sigmoid_mul,
     .gdn_gates = cpu_gdn_gates,
+    /* memory, inputs and routed-expert steps: ops_moe.c */
+    .alloc = cpu_alloc,
+    .mfree = cpu_mfree,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .memzero = cpu_memzero,
+    .copy_rows = cpu_copy_rows,
+    .kv_store = cpu_kv_store,
+    .set_inputs = cpu_set_inputs_op,
+    .moe_route = cpu_moe_route,
+    .gather_rows = cpu_gather_rows,
+    .scatter_rows = cpu_scatter_rows,
+    .moe_combine = cpu_moe_combine,
 };
 
 backend *backend_cpu_new(int n_threads) {
@@ -376,6 +451,7 @@ backend *backend_cpu_new(int n_threads) {
     }
     c->base.ops = &cpu_ops;
     c->base.n_threads = threadpool_size(c->pool);
+    c->base.host_memory = true;
     return &c->base;
 }
 

@@ -1,0 +1,167 @@
+/* CPU backend: backend memory, step inputs, KV stores and the routed-expert operations.
+ *
+ * These are the host-side steps the model code used to do itself (memcpy of KV rows and of the
+ * tokens routed to an expert, the router's softmax and top-k, the weighted sum of the top-k
+ * outputs), moved behind the backend interface so that a device backend can run them where the
+ * activations live. The arithmetic is exactly what the model code did, so results are the same
+ * bits as before the move. */
+#include "backends/cpu/ops_moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_ext {
+    int32_t *ids, *pos;
+    int cap;
+};
+
+void cpu_ext_free(struct cpu_ext *x) {
+    if (!x) return;
+    free(x->ids);
+    free(x->pos);
+    free(x);
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+void *cpu_alloc(backend *b, size_t bytes) {
+    (void)b;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (!rounded) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+void cpu_mfree(backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+void cpu_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+void cpu_download(backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+void cpu_memzero(backend *b, void *dst, size_t bytes) {
+    (void)b;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+void cpu_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+                   int n_rows, int width) {
+    (void)b;
+    for (int r = 0; r < n_rows; r++)
+        memcpy(dst + (size_t)r * dst_stride, src + (size_t)r * src_stride,
+               (size_t)width * sizeof(float));
+}
+
+void cpu_kv_store(backend *b, float *kc, float *vc, const float *k, const float *v, int n,
+                  const int32_t *pos, size_t row_k, size_t row_v) {
+    (void)b;
+    for (int t = 0; t < n; t++) {
+        memcpy(kc + (size_t)pos[t] * row_k, k + (size_t)t * row_k, row_k * sizeof(float));
+        memcpy(vc + (size_t)pos[t] * row_v, v + (size_t)t * row_v, row_v * sizeof(float));
+    }
+}
+
+void cpu_set_inputs(backend *b, struct cpu_ext **ext, const int32_t *tokens, int n, int pos0,
+                    const int32_t **ids, const int32_t **pos) {
+    (void)b;
+    struct cpu_ext *x = *ext;
+    if (!x && !(x = *ext = calloc(1, sizeof *x))) abort(); /* a few bytes: as scratch */
+    if (n > x->cap) {
+        free(x->ids);
+        free(x->pos);
+        x->cap = n < 64 ? 64 : n;
+        x->ids = malloc((size_t)x->cap * sizeof *x->ids);
+        x->pos = malloc((size_t)x->cap * sizeof *x->pos);
+        if (!x->ids || !x->pos) abort();
+    }
+    for (int t = 0; t < n; t++) {
+        x->ids[t] = tokens[t];
+        x->pos[t] = pos0 + t;
+    }
+    *ids = x->ids;
+    *pos = x->pos;
+}
+
+/* ---- routed experts ------------------------------------------------------------------------ */
+
+/* ggml clamps the top-k weight sum from below before dividing */
+#define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
+
+static void route_token(float *p, int ne, int k, bool norm, int32_t *ids, float *w) {
+    float mx = -INFINITY;
+    for (int e = 0; e < ne; e++) mx = p[e] > mx ? p[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < ne; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < ne; e++) p[e] *= inv;
+    /* top-k by descending probability; ties keep the lower expert id first */
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int j = 0; j < s; j++) taken |= ids[j] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        ids[s] = best;
+        w[s] = p[best];
+    }
+    if (norm) {
+        double ws = 0.0;
+        for (int s = 0; s < k; s++) ws += w[s];
+        float wsum = (float)ws;
+        if (wsum < MOE_MIN_WEIGHT_SUM) wsum = MOE_MIN_WEIGHT_SUM;
+        for (int s = 0; s < k; s++) w[s] /= wsum;
+    }
+}
+
+void cpu_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm, int32_t *ids,
+                   float *w) {
+    (void)b;
+    for (int t = 0; t < n; t++)
+        route_token(logits + (size_t)t * n_expert, n_expert, k, norm, ids + (size_t)t * k,
+                    w + (size_t)t * k);
+}
+
+void cpu_gather_rows(backend *b, float *dst, const float *src, const int32_t *idx, int div, int m,
+                     int width) {
+    (void)b;
+    for (int r = 0; r < m; r++)
+        memcpy(dst + (size_t)r * width, src + (size_t)(idx[r] / div) * width,
+               (size_t)width * sizeof(float));
+}
+
+void cpu_scatter_rows(backend *b, float *dst, const int32_t *idx, const float *src, int m,
+                      int width) {
+    (void)b;
+    for (int r = 0; r < m; r++)
+        memcpy(dst + (size_t)idx[r] * width, src + (size_t)r * width,
+               (size_t)width * sizeof(float));
+}
+
+void cpu_moe_combine(backend *b, const float *slots, const float *w, int n, int k, int width,
+                     float *out) {
+    (void)b;
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * width;
+        const float *wt = w + (size_t)t * k;
+        const float *s0 = slots + (size_t)t * k * width;
+        for (int i = 0; i < width; i++) o[i] = s0[i] * wt[0];
+        for (int s = 1; s < k; s++) {
+            const float *ss = s0 + (size_t)s * width;
+            for (int i = 0; i < width; i++) o[i] += ss[i] * wt[s];
+        }
+    }
+}
