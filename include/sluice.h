@@ -60,6 +60,15 @@ typedef struct sluice_model_params {
     sluice_gpu_miss gpu_miss; /* how a streamed expert missing from VRAM is read */
     bool no_graph;         /* never capture decode steps as CUDA graphs */
     bool gpu_profile;      /* time every device operation (slower); see sluice_gpu_profile */
+    /* ---- metadata overrides, as llama.cpp's --override-kv: "KEY=TYPE:VALUE" with TYPE int,
+     * float, bool or str (e.g. "qwen4exp.attention.indexer.top_k=int:32"); applied to the
+     * file's metadata before the architecture reads it ---- */
+    const char *const *override_kv;
+    int n_override_kv;
+    /* ---- the n-gram table tier (qwen4exp) ---- */
+    sluice_mode ngram_mode; /* AUTO: mapped when the whole model fits, else read on demand;
+                             * RESIDENT: mapped; STREAM: read on demand */
+    int ngram_cache_rows;   /* the on-demand row cache; 0: the planner chooses */
 } sluice_model_params;
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
@@ -184,6 +193,18 @@ typedef struct sluice_expert_stats {
     uint64_t prefetch_issued, prefetch_used;
 } sluice_expert_stats;
 void sluice_model_expert_stats(const sluice_model *model, sluice_expert_stats *stats);
+
+/* N-gram table counters since load (qwen4exp; all zero for other models). */
+typedef struct sluice_ngram_stats {
+    bool on_demand;          /* rows read from storage (else from the mapped file) */
+    uint64_t lookups, hits, misses; /* rows gathered; found ready; not requested in advance */
+    uint64_t prefetched;     /* rows whose read started before the n-gram layer needed them */
+    uint64_t reads, bytes_read, evictions;
+    uint64_t stalls;         /* times the n-gram layer waited for a read */
+    double stall_s;          /* and for how long */
+    uint64_t gathers;        /* forward passes that used the table */
+} sluice_ngram_stats;
+void sluice_model_ngram_stats(const sluice_model *model, sluice_ngram_stats *stats);
 
 /* ---- sampling ------------------------------------------------------------------------- */
 

@@ -1,14 +1,16 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K] [--bw-only]
+ *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
  * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
  * activation row (decode) through the CPU backend's matmul on T threads; reports GB/s of weight
  * bytes, and the ratio to the measured memory read bandwidth (an AVX2 sum over the same big
  * buffer). With --toks K > 1 it also reports the K-token tile path (prefill) in GOP/s.
- * The best of R repetitions is reported (the machine may be shared). */
+ * The best of R repetitions is reported (the machine may be shared). --l1: each level's dot
+ * kernel on one core with cache-resident rows instead (robust to a busy machine). --pool: the
+ * thread pool's dispatch cost. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,10 +132,73 @@ static double mem_bandwidth_mt(backend *be, const uint8_t *buf, size_t bytes, in
     return best;
 }
 
+/* Single-core, cache-resident speed of each level's dot kernel: 8 rows of 2048 values (a few
+ * KiB, in L1/L2) against one activation row, the minimum over many repetitions (robust on a
+ * shared machine: the fastest repetition is the one nobody interrupted). GB/s of weight bytes. */
+static void l1_table(const char *types_arg) {
+    printf("single core, cache resident (min of 300 reps), GB/s of weight bytes:\n%-8s", "type");
+    for (int l = 0; l <= (int)kernel_isa_best(); l++) printf(" %9s", kernel_isa_name((kernel_isa)l));
+    printf("\n");
+    const int64_t n = 2048;
+    static float x[2048];
+    static uint8_t w[2048 * 4 * 8], a[2048 * 4];
+    char list[512];
+    snprintf(list, sizeof list, "%s", types_arg);
+    kernel_isa saved = kernel_isa_current();
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int type = quant_type_from_name(tok);
+        if (type < 0 || !quant_has_codec((uint32_t)type)) continue;
+        const quant_traits *qt = quant_traits_of((uint32_t)type), *at = quant_traits_of(qt->act_type);
+        size_t row = quant_row_bytes((uint32_t)type, n);
+        fill_weights((uint32_t)type, w, row * 8, n);
+        for (int i = 0; i < n; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+        at->quantize(x, a, n);
+        printf("%-8s", tok);
+        for (int l = 0; l <= (int)kernel_isa_best(); l++) {
+            kernel_isa_force((kernel_isa)l);
+            kernel_dot_fn dot = kernel_dot((uint32_t)type);
+            double best = 1e30;
+            volatile float sink = 0;
+            for (int rep = 0; rep < 300; rep++) {
+                double t0 = now();
+                float sum = 0;
+                for (int r = 0; r < 8; r++) sum += dot(n, w + (size_t)r * row, a);
+                double dt = now() - t0;
+                sink = sum;
+                if (dt < best) best = dt;
+            }
+            (void)sink;
+            printf(" %9.2f", (double)(8 * row) / best / 1e9);
+        }
+        printf("\n");
+    }
+    kernel_isa_force(saved);
+}
+
+static void empty_task(void *ctx, int ith, int nth) {
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+/* Thread-pool dispatch cost: an empty job on T threads, the best of 20 batches of 20000. */
+static void pool_cost(int threads) {
+    backend *be = backend_cpu_new(threads);
+    double best = 1e30;
+    for (int rep = 0; rep < 20; rep++) {
+        double t0 = now();
+        for (int i = 0; i < 20000; i++) backend_cpu_parallel(be, empty_task, NULL);
+        double dt = (now() - t0) / 20000;
+        if (dt < best) best = dt;
+    }
+    printf("thread pool: empty dispatch on %d threads: %.3f us (best of 20 batches of 20000)\n", threads, best * 1e6);
+    be_free(be);
+}
+
 int main(int argc, char **argv) {
     size_t mb = 1024;
-    int threads = 2, reps = 5, toks = 0;
-    const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS";
+    int threads = 2, reps = 5, toks = 0, l1 = 0;
+    const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -141,14 +206,24 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--toks") && i + 1 < argc) toks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--bw-only")) types_arg = "";
+        else if (!strcmp(argv[i], "--l1")) l1 = 1;
+        else if (!strcmp(argv[i], "--pool")) l1 = 2;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *name = argv[++i];
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1]\n", argv[0]);
             return 2;
         }
+    }
+    if (l1 == 1) {
+        l1_table(types_arg);
+        return 0;
+    }
+    if (l1 == 2) {
+        pool_cost(threads);
+        return 0;
     }
     backend *be = backend_cpu_new(threads);
     const int64_t K = 2048; /* row length: the 30B-A3B hidden size */

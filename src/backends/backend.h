@@ -107,6 +107,53 @@ typedef struct backend_ops {
     void (*gdn_gates)(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
                       int n, int n_head);
 
+    /* ---- hyper-connections, n-gram module, block-sparse attention (qwen4exp);
+     * CPU: backends/cpu/ops_hc.c, ops_qsa.c. NULL where a backend lacks them (the model refuses
+     * to load there). Rows of a wide residual are [n][groups][dim], stream-major. ---- */
+    /* y[t][g][i] = x[t][g][i] / sqrt(mean_i(x[t][g]^2) + eps) * w[g * dim + i] (w: groups*dim
+     * floats: a weight, like a tview's data); y may be x */
+    void (*rmsnorm_groups)(backend *b, const float *x, const float *w, int n_tok, int groups,
+                           int dim, float eps, float *y);
+    /* x[i] = silu(x[i] * scale) */
+    void (*scale_silu)(backend *b, float *x, size_t n, float scale);
+    /* Hyper-connection read: out[t][i] = (sum over s in order of xn[t][s][i] *
+     * sigmoid(gate[t][s][i])) * (1 / hc); xn and gate [n][hc][dim], out [n][dim]. */
+    void (*hc_mix)(backend *b, const float *xn, const float *gate, int n, int hc, int dim,
+                   float *out);
+    /* Hyper-connection write: res[t][s][i] += out[t][i] * (2 * sigmoid(inject[t][s] / hc));
+     * res [n][hc][dim], out [n][dim], inject [n][hc]. */
+    void (*hc_combine)(backend *b, float *res, const float *out, const float *inject, int n,
+                       int hc, int dim);
+    /* N-gram gate: per token and stream s = fl(sum_i key[t][s][i] * query[t][s][i]) / sqrt(dim)
+     * (the sum in double), g = sigmoid(sign(s) sqrt(max(|s|, 1e-6))), gated[t][s][i] =
+     * value[t][i] * g. key, query, gated [n][hc][dim]; value [n][dim]. */
+    void (*ple_gate)(backend *b, const float *key, const float *query, const float *value, int n,
+                     int hc, int dim, float *gated);
+    /* Dilated causal depthwise convolution, then SiLU, with a rolling state: with xp =
+     * [state ((kernel-1)*dilation rows); x (n rows)] of `channels` floats,
+     *   y[t][c] = silu(sum over j < kernel in order of w[c][j] * xp[t + j * dilation][c])
+     * and afterwards state = the last (kernel-1)*dilation rows of xp. */
+    void (*conv1d_dilated_silu)(backend *b, const float *x, int n, int channels, const float *w,
+                                int kernel, int dilation, float *state, float *y);
+    /* QSA block keys: for blocks b0..b0+nb-1, kblk[b] = rope(rmsnorm(mean of the ratio raw keys
+     * kraw[b*ratio ..]) * k_norm) at position b*ratio (NeoX on the first n_rot dims); the mean
+     * sums the keys in order, then scales by 1/ratio. kraw, kblk rows of dim floats. */
+    void (*qsa_pool)(backend *b, const float *kraw, int b0, int nb, int ratio, int dim,
+                     const float *k_norm, float eps, int n_rot, float freq_base, float *kblk);
+    /* QSA selection for n tokens at positions pos0..: block score = sum over heads in order of
+     * relu(q[t][h] . kblk[b]) over the complete blocks b < (p+1)/ratio; the incomplete tail is
+     * always kept; cells are chosen as llama.cpp's top-k over cells does (width
+     * top_k + ratio - 1, its partial_sort tie order). sel[t] receives the chosen positions
+     * ascending and sel_n[t] their count, or -1 when p+1 <= width (dense attention). */
+    void (*qsa_select)(backend *b, const float *q, const float *kblk, int n, int pos0, int n_head,
+                       int dim, int ratio, int top_k, int32_t *sel, int32_t *sel_n,
+                       int sel_stride);
+    /* attention (as above) where token t attends only to the sel_n[t] cache positions in
+     * sel[t] (ascending), or causally to all when sel_n[t] < 0 */
+    void (*attention_sel)(backend *b, const float *q, const float *kc, const float *vc, int n,
+                          int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
+                          const int32_t *sel, const int32_t *sel_n, int sel_stride, float *out);
+
     /* ---- backend memory (CPU: backends/cpu/ops_moe.c) ---- */
     /* zeroed, aligned; NULL when out of memory */
     void *(*alloc)(backend *b, size_t bytes);
@@ -148,8 +195,9 @@ typedef struct backend_ops {
 
     /* ---- device backends only (NULL on the CPU) ---- */
     /* Make host weights reachable: upload copies [host, host + bytes) to device memory; else
-     * the range is pinned and read in place over the bus (zero-copy). Later views whose data
-     * lies in a mapped range are translated (the most recently uploaded range wins). 0 or -1. */
+     * the range is pinned and read in place over the bus (zero-copy). Views whose data lies in
+     * a mapped range are translated (uploaded ranges before pinned ones; ranges of one kind
+     * must not overlap). 0 or -1. */
     int (*weights_map)(backend *b, const void *host, size_t bytes, bool upload);
     /* The expert table: per layer the shapes of the three parts (type 0 with ne0 0: absent),
      * entries [layer][expert] set to the parts' addresses (host addresses in a mapped range
@@ -235,6 +283,27 @@ static inline void be_sigmoid_mul(backend *b, float *x, const float *g, int n_ro
 static inline void be_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias,
                                 const float *a, int n, int n_head) {
     b->ops->gdn_gates(b, beta, alpha, dt_bias, a, n, n_head);
+}
+static inline void be_rmsnorm_groups(backend *b, const float *x, const float *w, int n_tok,
+                                     int groups, int dim, float eps, float *y) {
+    b->ops->rmsnorm_groups(b, x, w, n_tok, groups, dim, eps, y);
+}
+static inline void be_scale_silu(backend *b, float *x, size_t n, float scale) {
+    b->ops->scale_silu(b, x, n, scale);
+}
+static inline void be_hc_mix(backend *b, const float *xn, const float *gate, int n, int hc,
+                             int dim, float *out) {
+    b->ops->hc_mix(b, xn, gate, n, hc, dim, out);
+}
+static inline void be_hc_combine(backend *b, float *res, const float *out, const float *inject,
+                                 int n, int hc, int dim) {
+    b->ops->hc_combine(b, res, out, inject, n, hc, dim);
+}
+/* True when the backend has every qwen4exp operation. */
+static inline bool be_has_hc_ops(const backend *b) {
+    const backend_ops *o = b->ops;
+    return o->rmsnorm_groups && o->scale_silu && o->hc_mix && o->hc_combine && o->ple_gate &&
+           o->conv1d_dilated_silu && o->qsa_pool && o->qsa_select && o->attention_sel;
 }
 static inline void be_free(backend *b) {
     if (b) b->ops->free(b);

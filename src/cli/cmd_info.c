@@ -159,8 +159,9 @@ int cmd_info(int argc, char **argv) {
             printf("  %-10s %8llu %14s\n", quant_type_name((uint32_t)t),
                    (unsigned long long)count[t], human((double)bytes[t], hb, sizeof hb));
     printf("  routed experts: %s", human((double)expert_bytes, hb, sizeof hb));
+    uint64_t data = f->size > f->data_offset ? f->size - f->data_offset : 0;
     printf(", other tensors: %s\n",
-           human((double)(f->size - f->data_offset - expert_bytes), hb, sizeof hb));
+           human((double)(data > expert_bytes ? data - expert_bytes : 0), hb, sizeof hb));
     if (list_tensors) {
         printf("\n");
         for (uint64_t i = 0; i < f->n_tensors; i++) {

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/model_opts.h"
+#include "cli/plan_opts.h"
 #include "server/server.h"
 
 #define SERVE_DETAILS                                                                          \
@@ -24,6 +25,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model_opts_init(&mo);
     cli_sampling_opts so;
     cli_sampling_opts_init(&so);
+    cli_plan_opts po = {0};
     const char *chat_format = "auto";
     bool no_thinking = false;
     uint64_t max_body = cfg.max_body;
@@ -44,6 +46,7 @@ int cmd_serve(int argc, char **argv) {
     cli_opt opts[64];
     int n = cli_add_model_opts(opts, 0, 64, &mo);
     n = cli_add_sampling_opts(opts, n, 64, &so);
+    n = cli_add_plan_opts(opts, n, 64, &po);
     for (size_t i = 0; n >= 0 && i < sizeof own / sizeof own[0]; i++) {
         if (n >= 64) n = -1;
         else opts[n++] = own[i];
@@ -84,7 +87,11 @@ int cmd_serve(int argc, char **argv) {
     cfg.seed_fixed = so.seed != CLI_SEED_RANDOM;
     cfg.sampling.seed = cfg.seed_fixed ? so.seed : 0;
 
-    sluice_model *m = cli_model_opts_load("serve", &mo);
+    /* the plan reserves KV for the server's one session: -c, or the session's default */
+    sluice_model_params mp = {.n_ctx = mo.n_ctx, .n_batch = mo.n_batch};
+    if (!cli_plan_params("serve", &po, &mp)) return 2;
+    if (po.plan) return cli_print_plan("serve", mo.path, &mp, po.json);
+    sluice_model *m = cli_load_model_params("serve", mo.path, &mp);
     if (!m) return 1;
     rc = server_run(m, &cfg);
     sluice_model_free(m);

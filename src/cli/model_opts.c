@@ -3,8 +3,6 @@
 
 #include <stdio.h>
 
-#include "cli/common.h"
-
 void cli_model_opts_init(cli_model_opts *mo) { *mo = (cli_model_opts){0}; }
 
 void cli_sampling_opts_init(cli_sampling_opts *so) {
@@ -61,10 +59,6 @@ bool cli_sampling_opts_check(const char *cmd, const cli_sampling_opts *so) {
         return false;
     }
     return true;
-}
-
-sluice_model *cli_model_opts_load(const char *cmd, const cli_model_opts *mo) {
-    return cli_load_model(cmd, mo->path);
 }
 
 sluice_session_params cli_model_opts_session(const cli_model_opts *mo) {

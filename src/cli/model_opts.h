@@ -1,10 +1,7 @@
-/* Option groups shared by the subcommands that load a model and run a session (serve today; run,
- * chat and bench can move over). One place declares the flags, their help and their checks, so a
- * new model-loading flag appears in every such command at once.
- *
- * Issue 5 (planner) adds --resident/--stream/--cache/--mem-budget/--io: fields in
- * cli_model_opts, entries in cli_add_model_opts, checks in cli_model_opts_check, and their use in
- * cli_model_opts_load. Callers need no change. */
+/* Option groups shared by the subcommands that load a model and run a session (serve, bench,
+ * perplexity; run can move over). One place declares the flags, their help and their checks, so
+ * a new model or sampling flag appears in every such command at once. The memory-plan flags
+ * (--resident, --stream, --cache, --mem-budget, --io, ...) are their own group, plan_opts.h. */
 #ifndef SLUICE_CLI_MODEL_OPTS_H
 #define SLUICE_CLI_MODEL_OPTS_H
 
@@ -41,8 +38,6 @@ int cli_add_sampling_opts(cli_opt *opts, int n, int cap, cli_sampling_opts *so);
 bool cli_model_opts_check(const char *cmd, const cli_model_opts *mo);
 bool cli_sampling_opts_check(const char *cmd, const cli_sampling_opts *so);
 
-/* Load the model the options name (reports errors). */
-sluice_model *cli_model_opts_load(const char *cmd, const cli_model_opts *mo);
 sluice_session_params cli_model_opts_session(const cli_model_opts *mo);
 
 #endif

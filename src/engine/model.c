@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/model_gpu.h"
 #include "models/model.h"
+#include "runtime/ngram_table.h"
 #include "runtime/watchdog.h"
 
 static void copy_str(char *dst, size_t cap, gguf_str s) {
@@ -57,6 +59,8 @@ static void model_facts(sluice_model *m) {
         f->scratch_per_token += 4 * (2 * CD + 2 * KD + 4 * VD + 4 * (uint64_t)hp->ssm_n_v_head + 2 * q);
     }
     f->scratch_fixed = 3 * 4 * (uint64_t)hp->n_vocab + (16ull << 20);
+    if (m->arch->plan_facts) m->arch->plan_facts(m, f);
+    model_gpu_facts(m, f);
 }
 
 /* Plan memory; create the expert store the plan asks for. 0, or -1 with the error set. */
@@ -70,6 +74,9 @@ static int plan_and_bind(sluice_model *m, const char *label) {
         .n_ctx = p->n_ctx > 0 ? p->n_ctx
                               : (m->hp.n_ctx_train < DEFAULT_PLAN_CTX ? m->hp.n_ctx_train : DEFAULT_PLAN_CTX),
         .n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_PLAN_BATCH,
+        .ngram_mode = p->ngram_mode,
+        .ngram_cache_rows = p->ngram_cache_rows,
+        .io_depth = p->io_depth,
     };
     if (!m->path && m->request.mode == SLUICE_MODE_STREAM) {
         sluice_set_error("%s: a model in memory cannot stream its experts", label);
@@ -78,12 +85,17 @@ static int plan_and_bind(sluice_model *m, const char *label) {
     model_facts(m);
     plan_probe(&m->machine);
     plan_compute(&m->facts, &m->machine, &m->request, &m->plan);
+    if (p->backend == SLUICE_BACKEND_CUDA) return model_gpu_bind(m, label); /* the device plan decides */
     if (!m->plan.ok && !p->plan_only) {
         sluice_set_error("%s: memory plan refused: %s", label, m->plan.message);
         return -1;
     }
-    if (p->plan_only || m->facts.n_moe_layers == 0) return 0;
     char err[512];
+    if (!p->plan_only && m->arch->bind && m->arch->bind(m, err, sizeof err) != 0) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    if (p->plan_only || m->facts.n_moe_layers == 0) return 0;
     if (m->plan.mode == SLUICE_MODE_RESIDENT) {
         m->experts = expert_store_resident_new(&m->layout, m->gguf->base);
     } else {
@@ -102,6 +114,59 @@ static int plan_and_bind(sluice_model *m, const char *label) {
     if (!m->experts) {
         sluice_set_error("%s: out of memory", label);
         return -1;
+    }
+    return 0;
+}
+
+/* "KEY=TYPE:VALUE" (llama.cpp's --override-kv) onto the file's metadata, before anything
+ * reads it. 0, or -1 with the error set. */
+static int apply_overrides(sluice_model *m, const char *label) {
+    for (int i = 0; i < m->params.n_override_kv; i++) {
+        const char *spec = m->params.override_kv[i];
+        const char *eq = spec ? strchr(spec, '=') : NULL;
+        const char *colon = eq ? strchr(eq + 1, ':') : NULL;
+        if (!eq || !colon || eq == spec || (size_t)(eq - spec) >= 256) {
+            sluice_set_error("%s: override '%s' is not KEY=TYPE:VALUE", label, spec ? spec : "");
+            return -1;
+        }
+        char key[256], type[16];
+        memcpy(key, spec, (size_t)(eq - spec));
+        key[eq - spec] = 0;
+        const size_t tl = (size_t)(colon - eq - 1);
+        memcpy(type, eq + 1, tl < sizeof type - 1 ? tl : sizeof type - 1);
+        type[tl < sizeof type - 1 ? tl : sizeof type - 1] = 0;
+        const char *val = colon + 1;
+        gguf_kv v;
+        memset(&v, 0, sizeof v);
+        char *end = NULL;
+        if (strcmp(type, "int") == 0) {
+            v.type = GGUF_VT_I64;
+            v.v.i = strtoll(val, &end, 10);
+        } else if (strcmp(type, "float") == 0) {
+            v.type = GGUF_VT_F64;
+            v.v.f = strtod(val, &end);
+        } else if (strcmp(type, "bool") == 0) {
+            v.type = GGUF_VT_BOOL;
+            v.v.u = strcmp(val, "true") == 0;
+            end = (char *)val + (strcmp(val, "true") == 0 || strcmp(val, "false") == 0 ? strlen(val) : 0);
+        } else if (strcmp(type, "str") == 0) {
+            v.type = GGUF_VT_STRING;
+            v.v.s = (gguf_str){val, strlen(val)};
+            end = (char *)val + strlen(val);
+        } else {
+            sluice_set_error("%s: override '%s': type must be int, float, bool or str", label, spec);
+            return -1;
+        }
+        if (!end || end == val || *end) {
+            sluice_set_error("%s: override '%s': bad %s value '%s'", label, spec, type, val);
+            return -1;
+        }
+        char err[256];
+        if (gguf_override(m->gguf, key, &v, err, sizeof err) != 0) {
+            sluice_set_error("%s: %s", label, err);
+            return -1;
+        }
+        if (m->params.verbose) fprintf(stderr, "%s: metadata override %s = %s:%s\n", label, key, type, val);
     }
     return 0;
 }
@@ -133,6 +198,7 @@ static sluice_model *load_from(gguf_file *g, const char *label, const char *path
                          m->arch_name, arch_supported_list());
         goto fail;
     }
+    if (apply_overrides(m, label) != 0) goto fail;
     if (gguf_get_str(g, "general.name", &s)) copy_str(m->name, sizeof m->name, s);
     else copy_str(m->name, sizeof m->name, (gguf_str){label, strlen(label)});
 
@@ -186,7 +252,9 @@ sluice_model *sluice_model_load_memory(const void *data, size_t size, const char
 void sluice_model_free(sluice_model *m) {
     if (!m) return;
     if (m->watching) watchdog_stop();
+    if (m->arch && m->arch->unload) m->arch->unload(m);
     expert_store_free(m->experts);
+    model_gpu_release(m);
     expert_layout_free(&m->layout);
     free(m->path);
     tokenizer_free(m->tok);
@@ -249,14 +317,54 @@ void sluice_model_expert_stats(const sluice_model *m, sluice_expert_stats *stats
     else memset(stats, 0, sizeof *stats);
 }
 
+void sluice_model_ngram_stats(const sluice_model *m, sluice_ngram_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+    if (!m->ngram) return;
+    ngram_table_stats t;
+    ngram_table_get_stats(m->ngram, &t);
+    stats->on_demand = ngram_table_streaming(m->ngram);
+    stats->lookups = t.lookups;
+    stats->hits = t.hits;
+    stats->misses = t.misses;
+    stats->prefetched = t.prefetched;
+    stats->reads = t.reads;
+    stats->bytes_read = t.bytes_read;
+    stats->evictions = t.evictions;
+    stats->stalls = t.stalls;
+    stats->stall_s = t.stall_s;
+    stats->gathers = t.gathers;
+}
+
 int sluice_model_plan(const sluice_model *m, bool json, char *buf, size_t cap) {
-    return plan_format(&m->plan, &m->facts, json, buf, cap);
+    int n = plan_format(&m->plan, &m->facts, json, buf, cap);
+    if (!m->plan.gpu || n < 0) return n;
+    /* the device side: appended lines, or a "gpu" member of the JSON object */
+    size_t at = json ? (size_t)n - 1 : (size_t)n; /* JSON: over the closing brace */
+    char *dst = buf && at < cap ? buf + at : NULL;
+    size_t room = buf && at < cap ? cap - at : 0;
+    int g;
+    if (json) {
+        int h = snprintf(dst, room, ",\"gpu\":");
+        if (h < 0) return -1;
+        size_t at2 = at + (size_t)h;
+        g = h + plan_format_gpu(&m->plan, &m->facts, true, buf && at2 < cap ? buf + at2 : NULL,
+                                buf && at2 < cap ? cap - at2 : 0);
+        size_t end = at + (size_t)g;
+        if (buf && end + 1 < cap) {
+            buf[end] = '}';
+            buf[end + 1] = 0;
+        }
+        return (int)end + 1;
+    }
+    g = plan_format_gpu(&m->plan, &m->facts, false, dst, room);
+    return n + g;
 }
 
 const char *sluice_model_mode(const sluice_model *m) {
+    if (m->plan.gpu) return m->plan.gpu_mode == SLUICE_MODE_STREAM ? "gpu-stream" : "gpu-resident";
     return m->plan.mode == SLUICE_MODE_STREAM ? "stream" : "resident";
 }
 
-bool sluice_model_plan_ok(const sluice_model *m) { return m->plan.ok; }
+bool sluice_model_plan_ok(const sluice_model *m) { return m->plan.gpu ? m->plan.gpu_ok : m->plan.ok; }
 
 bool sluice_watchdog_tripped(char *why, size_t cap) { return watchdog_tripped(why, cap); }

@@ -1,4 +1,5 @@
 /* sluice_session: one timeline over a model: position, KV cache and state, sampler, backend. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,13 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
         if (m->plan.mode == SLUICE_MODE_STREAM) r.cache_slots = m->plan.cache_slots;
         plan np;
         plan_compute(&m->facts, &m->machine, &r, &np);
+        if (m->gpu) { /* the device's plan, with the cache already sized */
+            if (m->plan.gpu_mode == SLUICE_MODE_STREAM) r.cache_slots = m->plan.gpu_slots;
+            plan_compute_gpu(&m->facts, &m->machine, &r, &np);
+            np.ok = np.gpu_ok && np.gpu_mode == m->plan.gpu_mode;
+            np.mode = m->plan.mode;
+            if (!np.gpu_ok) snprintf(np.message, sizeof np.message, "%s", np.gpu_message);
+        }
         if (!np.ok || np.mode != m->plan.mode) {
             sluice_set_error("a session of %d positions (batch %d) does not fit the memory plan "
                              "made for %d (batch %d): %s; load the model with a larger context",
@@ -102,7 +110,11 @@ static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float 
         } else {
             be->ops->capture_begin(be, key);
             rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
-            if (be->ops->capture_end(be, rc == 0) != 0) rc = -1;
+            const int ce = be->ops->capture_end(be, rc == 0);
+            if (ce == 1) /* only recorded, and not capturable: run it for real */
+                rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+            else if (ce != 0)
+                rc = -1;
         }
     } else {
         rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
@@ -128,6 +140,8 @@ int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *
                              tokens[i], i, n_vocab - 1);
             return -1;
         }
+    /* reads that depend only on token ids start now for the whole prompt, not chunk by chunk */
+    if (n > s->n_batch && s->m->arch->prefetch) s->m->arch->prefetch(s->m, s->st, tokens, n);
     for (int done = 0; done < n;) {
         char why[256];
         if (watchdog_tripped(why, sizeof why)) {

@@ -536,6 +536,49 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
     return NULL;
 }
 
+int gguf_override(gguf_file *f, const char *key, const gguf_kv *value, char *err, size_t err_len) {
+    const enum gguf_vtype t = value->type;
+    if (t != GGUF_VT_I64 && t != GGUF_VT_F64 && t != GGUF_VT_BOOL && t != GGUF_VT_STRING) {
+        snprintf(err, err_len, "override of '%s': unsupported value type %s", key, gguf_vtype_name(t));
+        return -1;
+    }
+    gguf_kv *kv = (gguf_kv *)gguf_find(f, key);
+    if (kv && kv->type == GGUF_VT_ARRAY) {
+        snprintf(err, err_len, "override of '%s': the file's value is an array", key);
+        return -1;
+    }
+    /* the key and a string value share one allocation, freed with the key by gguf_close */
+    const size_t klen = strlen(key), slen = t == GGUF_VT_STRING ? (size_t)value->v.s.len : 0;
+    char *mem = malloc(klen + 1 + slen + 1);
+    if (!mem) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    memcpy(mem, key, klen + 1);
+    if (t == GGUF_VT_STRING) {
+        memcpy(mem + klen + 1, value->v.s.ptr, slen);
+        mem[klen + 1 + slen] = 0;
+    }
+    if (!kv) {
+        gguf_kv *grown = realloc(f->kv, (size_t)(f->n_kv + 1) * sizeof *grown);
+        if (!grown) {
+            free(mem);
+            snprintf(err, err_len, "out of memory");
+            return -1;
+        }
+        f->kv = grown;
+        kv = &f->kv[f->n_kv++];
+        memset(kv, 0, sizeof *kv);
+    } else {
+        free((void *)kv->key);
+    }
+    kv->key = mem;
+    kv->type = t;
+    kv->v = value->v;
+    if (t == GGUF_VT_STRING) kv->v.s = (gguf_str){mem + klen + 1, slen};
+    return 0;
+}
+
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
     for (uint64_t i = 0; i < f->n_tensors; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];

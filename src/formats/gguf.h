@@ -104,6 +104,12 @@ bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 bool gguf_arr_get_f64(const gguf_kv *kv, uint64_t i, double *out);
 bool gguf_arr_get_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
 
+/* Metadata override (llama.cpp's --override-kv KEY=TYPE:VALUE): set key to a scalar value of
+ * type I64, F64, BOOL or STRING (v.i, v.f, v.u or v.s; a string is copied), replacing the
+ * file's value or adding the key, so that every later lookup sees it. An array value cannot be
+ * overridden. 0, or -1 with err. */
+int gguf_override(gguf_file *f, const char *key, const gguf_kv *value, char *err, size_t err_len);
+
 /* Size in bytes of one value of a scalar type (0 for STRING/ARRAY). */
 size_t gguf_vtype_size(enum gguf_vtype t);
 const char *gguf_vtype_name(enum gguf_vtype t);

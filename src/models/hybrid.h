@@ -45,6 +45,13 @@ static inline int hybrid_conv_dim(const hparams *hp) {
  * fused projections. false with err set. */
 bool gdn_load_layer(sluice_model *m, int il, bool qwen3next, char *err, size_t n);
 
+/* Which layers are recurrent (models/qwen35moe.c): "<arch>.attention.recurrent_layers" (a flag
+ * per layer, or one for all) when present, else every full_attention_interval-th layer (4 when
+ * absent) is attention, as llama.cpp decides. Sets layers[].recurrent, hp.n_layer_recurrent. */
+bool hybrid_layer_pattern(sluice_model *m, char *err, size_t n);
+/* Router and sigmoid-gated shared expert of layer il (models/qwen35moe.c). */
+bool hybrid_load_moe_layer(sluice_model *m, int il, char *err, size_t n);
+
 /* Gated DeltaNet mixer for n tokens of recurrent layer il: reads st->cur, writes st->tmp,
  * advances the layer's conv and ssm state. */
 void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int il, int n);

@@ -40,6 +40,7 @@ typedef struct hparams {
     int ssm_kernel;             /* causal conv1d taps */
     int ssm_n_k_head, ssm_n_v_head, ssm_d_k, ssm_d_v;
     bool ssm_kv_tiled;          /* value head h reads key head h % n_k_head (else grouped) */
+    bool ssm_gate_sigmoid;      /* output gate rmsnorm(o) * sigmoid(z) (qwen4exp), else silu(z) */
 } hparams;
 
 /* Weights of a Gated DeltaNet (linear attention) layer. qwen35moe files have qkv, gate, beta,
@@ -89,6 +90,11 @@ struct sluice_model {
     void **owned;          /* buffers the model allocated (converted norms) */
     int n_owned;
     int64_t n_params;
+    /* architecture-private hyper-parameters and weights (qwen4exp: models/qwen4exp.h); owned */
+    void *arch_priv;
+    /* the n-gram embedding table (qwen4exp): rows from the mapping or read on demand (a third
+     * tier of the memory plan, runtime/ngram_table.h); NULL when the model has none */
+    struct ngram_table *ngram;
 };
 
 struct arch_desc {
@@ -107,6 +113,17 @@ struct arch_desc {
      * head (a prompt chunk before the last). 0 or -1. */
     int (*forward)(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens,
                    int n, int pos0, float *logits, bool all_logits);
+    /* Optional. The tokens a session is about to evaluate (all chunks of a prompt): start
+     * whatever reads depend only on token ids (qwen4exp's n-gram rows). Timing only. */
+    void (*prefetch)(const sluice_model *m, model_state *st, const int32_t *tokens, int n);
+    /* Optional. Adjust the planner's model facts (model.c fills the generic ones first):
+     * architecture scratch, tiers the generic accounting does not know. */
+    void (*plan_facts)(const sluice_model *m, plan_model_facts *f);
+    /* Optional. After the memory plan: create what the plan decided for the architecture
+     * (qwen4exp: the n-gram table tier). 0, or -1 with err. */
+    int (*bind)(sluice_model *m, char *err, size_t err_len);
+    /* Optional. Release what load and bind created beyond the generic fields. */
+    void (*unload)(sluice_model *m);
 };
 
 /* Registry: the architecture implementing general.architecture, or NULL. */

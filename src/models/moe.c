@@ -40,6 +40,8 @@ struct moe_scratch {
     float *look_w;
     int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
+    int32_t *step_ids; /* moe_step_end: all layers' ids of a decode step (backend memory) */
+    int32_t *step_h;   /* and on the host */
 };
 
 void moe_state_release(model_state *st) {
@@ -55,6 +57,8 @@ void moe_state_release(model_state *st) {
     state_release(st->be, x->look_r);
     state_release(st->be, x->look_ids);
     state_release(st->be, x->look_w);
+    state_release(st->be, x->step_ids);
+    free(x->step_h);
     free(x->pred);
     free(x);
     st->moe_extra = NULL;
@@ -120,9 +124,19 @@ static void lookahead(const sluice_model *m, model_state *st, backend *be, int i
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
 }
 
+/* A batch of more tokens than this multiplies most of a layer's experts: a streaming device
+ * cache then fills its slots layer by layer (copy path) even when decode reads misses in place. */
+#define MOE_PREP_MIN_TOKENS 8
+
+/* The expert table's slots must be prepared per layer from the routing (on the host). */
+static bool layer_prep(const sluice_model *m, int n) {
+    const expert_store *s = m->experts;
+    return s->per_layer || (s->device_table && s->streaming && n > MOE_PREP_MIN_TOKENS);
+}
+
 bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be) {
     return !st->route_fn && be_has_expert_table(be) && m->experts && m->experts->device_table &&
-           !m->experts->per_layer;
+           !layer_prep(m, 1);
 }
 
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
@@ -141,7 +155,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* The expert table (device backends) needs the routing on the host only to prepare a
      * streaming cache layer by layer or for a route callback; the CPU path always does. */
     const bool table = be_has_expert_table(be) && m->experts->device_table;
-    const bool host = !table || st->route_fn || m->experts->per_layer;
+    const bool prep = table && layer_prep(m, n);
+    const bool host = !table || st->route_fn || prep;
     int n_need = 0;
     if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
@@ -158,7 +173,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         sluice_set_error("stopped by the memory watchdog: %s", why);
         return -1;
     }
-    if (host && (!table || m->experts->per_layer)) {
+    if (!table || prep) {
         /* the experts this batch needs, in first-use order */
         for (int i = 0; i < n * k; i++) {
             int32_t e = xs->ids_h[i];
@@ -226,15 +241,26 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
 
 int moe_step_end(const sluice_model *m, model_state *st, int n) {
     expert_store *s = m->experts;
-    if (!s || !s->ops->observe || !st->moe_extra) return 0;
+    /* only streamed passes that ran without the host: the others acquired their experts */
+    if (!s || !s->ops->observe || !st->moe_extra || !s->device_table || !s->streaming ||
+        layer_prep(m, n))
+        return 0;
     const hparams *hp = &m->hp;
-    const int k = hp->n_expert_used;
+    const int k = hp->n_expert_used, L = hp->n_layer;
     struct moe_scratch *xs = st->moe_extra;
-    for (int il = 0; il < hp->n_layer; il++) {
+    backend *be = st->be;
+    if (!xs->step_ids) { /* every layer's ids side by side: one download per step */
+        xs->step_ids = state_alloc(be, (size_t)L * MOE_PREP_MIN_TOKENS * k * sizeof(int32_t));
+        xs->step_h = malloc((size_t)L * MOE_PREP_MIN_TOKENS * k * sizeof(int32_t));
+        if (!xs->step_ids || !xs->step_h) return -1;
+    }
+    /* int32 rows moved as 4-byte elements */
+    be_copy_rows(be, (float *)xs->step_ids, (size_t)n * k, (const float *)st->moe_ids,
+                 (size_t)st->n_batch * k, L, n * k);
+    be_download(be, xs->step_h, xs->step_ids, (size_t)L * n * k * sizeof(int32_t));
+    for (int il = 0; il < L; il++) {
         if (!m->layers[il].ffn_gate_inp.data || !m->layout.layers[il].present) continue;
-        be_download(st->be, xs->ids_h, st->moe_ids + (size_t)il * st->n_batch * k,
-                    (size_t)n * k * sizeof(int32_t));
-        if (s->ops->observe(s, il, xs->ids_h, n * k) != 0) return -1;
+        if (s->ops->observe(s, il, xs->step_h + (size_t)il * n * k, n * k) != 0) return -1;
     }
     return 0;
 }

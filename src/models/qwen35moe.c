@@ -26,7 +26,7 @@
 /* Which layers are recurrent: "<arch>.attention.recurrent_layers" (an array with a flag per
  * layer, or one value for all) when present, else every full_attention_interval-th layer is
  * attention (interval 4 when absent), as llama.cpp decides. */
-static bool load_layer_pattern(sluice_model *m, char *err, size_t n) {
+bool hybrid_layer_pattern(sluice_model *m, char *err, size_t n) {
     hparams *hp = &m->hp;
     char key[160];
     snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch_name);
@@ -133,11 +133,9 @@ static bool load_attention_layer(sluice_model *m, int il, char *err, size_t n) {
                      "blk.%d.attn_k_norm.weight", il);
 }
 
-/* Router and shared expert of a layer; the routed experts (separate gate/up or fused gate_up
- * tensors, or an expert-major store) are found by ld_experts through the expert layout. */
 /* Router and shared expert of layer il; the routed experts are bound through the expert store
  * (ld_experts: plain stacked or fused gate_up tensors, or an expert-major store). */
-static bool load_moe_layer(sluice_model *m, int il, char *err, size_t n) {
+bool hybrid_load_moe_layer(sluice_model *m, int il, char *err, size_t n) {
     const hparams *hp = &m->hp;
     layer_weights *L = &m->layers[il];
     const int64_t E = hp->n_embd, X = hp->n_expert, FS = hp->n_ff_shexp;
@@ -170,7 +168,7 @@ static int hybrid_load(sluice_model *m, bool qwen3next, char *err, size_t n) {
         snprintf(err, n, "out of memory");
         return -1;
     }
-    if (!load_layer_pattern(m, err, n)) return -1;
+    if (!hybrid_layer_pattern(m, err, n)) return -1;
     const int64_t E = hp->n_embd;
     for (int il = 0; il < hp->n_layer; il++) {
         layer_weights *L = &m->layers[il];
@@ -180,7 +178,7 @@ static int hybrid_load(sluice_model *m, bool qwen3next, char *err, size_t n) {
                             "blk.%d.post_attention_norm.weight", il) &&
                   (L->recurrent ? gdn_load_layer(m, il, qwen3next, err, n)
                                 : load_attention_layer(m, il, err, n)) &&
-                  load_moe_layer(m, il, err, n);
+                  hybrid_load_moe_layer(m, il, err, n);
         if (!ok) return -1;
     }
     /* The store is created by the engine once the memory plan is known. An MTP block's

@@ -37,6 +37,9 @@ struct model_state {
     float *shexp_gate, *shexp_out;
     /* hybrid models: recurrent state and linear-attention buffers (models/hybrid.h) */
     struct hybrid_state *hybrid;
+    /* architecture-specific state beyond the above (qwen4exp: wide residual buffers, indexer
+     * caches, n-gram state); owned by the architecture's state functions */
+    void *arch_state;
     /* streaming: unique experts of a batch, lookahead prediction (models/moe.c owns these) */
     struct moe_scratch *moe_extra;
     /* observation */

@@ -9,7 +9,11 @@
  *   LFU      score = number of uses
  *   ENGINE   decayed hotness: h <- h * 2^(-dt / half_life) + 1 at each use, dt in uses of any
  *            expert since its last use; compared at the current time, i.e. hot and recent
- *            experts stay. half_life defaults to the number of cache slots. */
+ *            experts stay. The half-life is 32 cache-fulls of uses
+ *            (cache_policy_engine_half_life): measured with `sluice cachesim` on skewed traces,
+ *            a half-life of one cache-full collapses to 0% hits when a token's working set
+ *            exceeds the cache, while 16-64 cache-fulls match LFU at small caches and beat it
+ *            when topics drift (docs/cachesim.md). */
 #ifndef SLUICE_CACHE_POLICY_H
 #define SLUICE_CACHE_POLICY_H
 
@@ -23,6 +27,11 @@ typedef enum cache_policy_kind {
 } cache_policy_kind;
 
 typedef struct cache_policy cache_policy;
+
+/* The ENGINE half-life (in uses) for a cache of n_slots. */
+static inline double cache_policy_engine_half_life(int n_slots) {
+    return 32.0 * (n_slots > 0 ? n_slots : 1);
+}
 
 /* n_keys: number of distinct experts; half_life: for ENGINE (uses), 0 = default. */
 cache_policy *cache_policy_new(cache_policy_kind kind, int n_keys, double half_life);

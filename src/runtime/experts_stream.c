@@ -28,6 +28,7 @@ typedef struct slot {
     int pins;
     uint64_t protect_tick; /* protected while equal to the store's demand tick */
     bool speculative;      /* loaded by a hint, not yet used */
+    bool demand_loaded;    /* loaded by a demand prefetch: its first acquire counts as a miss */
     io_req req[EXPERT_PARTS];
     int n_req;
     const uint8_t *part_data[EXPERT_PARTS];
@@ -178,6 +179,7 @@ static void evict(stream_store *s, int i) {
     sl->layer = sl->expert = -1;
     sl->state = SLOT_EMPTY;
     sl->speculative = false;
+    sl->demand_loaded = false;
     s->base.stats.evictions++;
 }
 
@@ -194,7 +196,10 @@ static int stream_acquire(expert_store *base, int layer, int expert, expert_view
     base->stats.acquires++;
     slot *sl = slot_of(s, layer, expert);
     if (sl) {
-        base->stats.hits++;
+        /* read on demand for this layer just before: a miss whose read overlapped others */
+        if (sl->demand_loaded) base->stats.misses++;
+        else base->stats.hits++;
+        sl->demand_loaded = false;
         if (finish_load(s, sl) != 0) return -1;
     } else {
         base->stats.misses++;
@@ -248,6 +253,7 @@ static void stream_prefetch(expert_store *base, int layer, const int32_t *expert
         int v = load_into_victim(s, layer, experts[k]);
         if (v < 0) break; /* no room now: acquire will load it when a slot frees up */
         s->slots[v].speculative = !demand;
+        s->slots[v].demand_loaded = demand;
         if (demand) s->slots[v].protect_tick = s->demand_tick;
     }
     io_poll(s->io);
@@ -298,7 +304,8 @@ expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t 
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
     s->crc_index = malloc((size_t)l->n_layer * sizeof *s->crc_index);
-    s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert, (double)s->n_slots);
+    s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert,
+                                 cache_policy_engine_half_life(s->n_slots));
     if (s->pool == MAP_FAILED || !s->slots || !s->where || !s->crc_index || !s->policy) {
         if (s->pool == MAP_FAILED) s->pool = NULL;
         snprintf(err, err_len, "cannot allocate an expert cache of %zu bytes", pool_bytes);

@@ -1,6 +1,8 @@
 /* The planner (pure) and its formatting. See plan.h. */
 #include "runtime/plan.h"
 
+#include "runtime/ngram_table.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,18 +76,41 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
     p->scratch = (uint64_t)r->n_batch * m->scratch_per_token + m->scratch_fixed;
     p->overhead = PLAN_OVERHEAD_BYTES;
     const uint64_t common = p->kv + p->state + p->scratch + p->overhead;
-    const uint64_t resident_total = m->file_bytes + common;
     p->floor_slots = m->n_moe_layers * m->n_expert_used + 1;
     p->target_slots = m->n_moe_layers * m->n_expert;
 
     bool cache_given = r->cache_bytes || r->cache_slots;
+    /* The n-gram table is the first tier to leave memory: a token reads a few of its rows,
+     * against megabytes of experts. AUTO keeps it mapped only when the whole model fits. */
+    p->ngram_resident = true;
+    if (m->ngram_bytes > 0) {
+        const bool full_fits = m->file_bytes + common <= usable;
+        p->ngram_resident = r->ngram_mode == SLUICE_MODE_RESIDENT ||
+                            (r->ngram_mode == SLUICE_MODE_AUTO && full_fits &&
+                             r->mode != SLUICE_MODE_STREAM && !cache_given);
+    }
+    uint64_t table_off = 0; /* table bytes that are not mapped in */
+    if (!p->ngram_resident) {
+        const uint64_t all_rows = m->ngram_row_bytes ? m->ngram_bytes / m->ngram_row_bytes : 0;
+        uint64_t rows = r->ngram_cache_rows > 0 ? (uint64_t)r->ngram_cache_rows
+                                                : 2 * (uint64_t)r->n_batch * (uint64_t)m->ngram_rows_per_token;
+        if (r->ngram_cache_rows <= 0 && rows < 65536) rows = 65536;
+        if (rows > all_rows) rows = all_rows;
+        if (rows < 1) rows = 1;
+        p->ngram_cache_rows = (int)rows;
+        p->ngram_cache = ngram_table_stream_bytes(p->ngram_cache_rows, m->ngram_row_bytes, r->io_depth);
+        table_off = m->ngram_bytes;
+    }
+    const uint64_t file_in = m->file_bytes > table_off ? m->file_bytes - table_off : 0;
+    const uint64_t dense_in = m->dense_bytes > table_off ? m->dense_bytes - table_off : 0;
+    const uint64_t resident_total = file_in + p->ngram_cache + common;
     bool want_resident = r->mode == SLUICE_MODE_RESIDENT ||
                          (r->mode == SLUICE_MODE_AUTO && !cache_given && resident_total <= usable);
     if (m->n_moe_layers == 0) want_resident = true;
 
     if (want_resident) {
         p->mode = SLUICE_MODE_RESIDENT;
-        p->weights = m->file_bytes;
+        p->weights = file_in;
         p->total = resident_total;
         p->reason = m->n_moe_layers == 0       ? PLAN_DENSE_MODEL
                     : r->mode == SLUICE_MODE_RESIDENT ? PLAN_RESIDENT_FORCED
@@ -94,7 +119,7 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
             p->reason = PLAN_REFUSED_RESIDENT;
             say(p, "resident needs %s (weights %s + context and scratch %s) but the "
                    "budget leaves %s (%s %s minus %s reserve)%s",
-                size_str(resident_total, b1), size_str(m->file_bytes, b2), size_str(common, b3), size_str(usable, b4), size_str(p->budget, b5),
+                size_str(resident_total, b1), size_str(file_in, b2), size_str(common + p->ngram_cache, b3), size_str(usable, b4), size_str(p->budget, b5),
                 p->budget_source, size_str(p->reserve, b6),
                 m->n_moe_layers ? "; let experts stream (drop --resident)" : "");
             return;
@@ -102,14 +127,14 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
         p->ok = true;
         say(p, "resident: weights %s + context and scratch %s fit in %s "
                "(%s %s minus %s reserve)",
-            size_str(m->file_bytes, b1), size_str(common, b2), size_str(usable, b3), size_str(p->budget, b4), p->budget_source,
+            size_str(file_in, b1), size_str(common + p->ngram_cache, b2), size_str(usable, b3), size_str(p->budget, b4), p->budget_source,
             size_str(p->reserve, b5));
         return;
     }
 
     p->mode = SLUICE_MODE_STREAM;
-    p->weights = m->dense_bytes;
-    const uint64_t base = m->dense_bytes + common;
+    p->weights = dense_in;
+    const uint64_t base = dense_in + p->ngram_cache + common;
     const uint64_t room = usable > base ? usable - base : 0;
     uint64_t slots;
     if (r->cache_slots) slots = (uint64_t)r->cache_slots;
@@ -189,14 +214,18 @@ int plan_format(const plan *p, const plan_model_facts *m, bool json, char *buf, 
         put(&o, ",\"reserve\":%llu,\"weights\":%llu,\"cache\":%llu,\"kv\":%llu,\"state\":%llu,"
                 "\"scratch\":%llu,\"overhead\":%llu,\"total\":%llu,\"cache_slots\":%d,"
                 "\"floor_slots\":%d,\"target_slots\":%d,\"slot_bytes\":%llu,\"file_bytes\":%llu,"
-                "\"dense_bytes\":%llu,\"expert_bytes\":%llu,\"n_ctx\":%d,\"n_batch\":%d,\"message\":",
+                "\"dense_bytes\":%llu,\"expert_bytes\":%llu,\"n_ctx\":%d,\"n_batch\":%d,"
+                "\"ngram_bytes\":%llu,\"ngram_resident\":%s,\"ngram_cache\":%llu,"
+                "\"ngram_cache_rows\":%d,\"message\":",
             (unsigned long long)p->reserve, (unsigned long long)p->weights,
             (unsigned long long)p->cache, (unsigned long long)p->kv,
             (unsigned long long)p->state, (unsigned long long)p->scratch,
             (unsigned long long)p->overhead, (unsigned long long)p->total, p->cache_slots,
             p->floor_slots, p->target_slots, (unsigned long long)m->slot_bytes,
             (unsigned long long)m->file_bytes, (unsigned long long)m->dense_bytes,
-            (unsigned long long)m->expert_bytes, p->n_ctx, p->n_batch);
+            (unsigned long long)m->expert_bytes, p->n_ctx, p->n_batch,
+            (unsigned long long)m->ngram_bytes, p->ngram_resident ? "true" : "false",
+            (unsigned long long)p->ngram_cache, p->ngram_cache_rows);
         json_str(&o, p->message);
         put(&o, "}");
         return (int)o.len;
@@ -212,6 +241,17 @@ int plan_format(const plan *p, const plan_model_facts *m, bool json, char *buf, 
         put(&o, "  %-16s %12s  (%d slots of %.2f MiB; floor %d, all %d)\n", "expert cache",
             size_str(p->cache, b1), p->cache_slots, (double)m->slot_bytes / (1024.0 * 1024.0),
             p->floor_slots, p->target_slots);
+    if (m->ngram_bytes > 0) {
+        char b2[32];
+        if (p->ngram_resident)
+            put(&o, "  %-16s %12s  (n-gram table %s, mapped with the weights)\n", "n-gram table",
+                "-", size_str(m->ngram_bytes, b2));
+        else
+            put(&o, "  %-16s %12s  (%d rows of %llu B cached; table %s read on demand, %d rows a "
+                "token)\n", "n-gram cache", size_str(p->ngram_cache, b1), p->ngram_cache_rows,
+                (unsigned long long)m->ngram_row_bytes, size_str(m->ngram_bytes, b2),
+                m->ngram_rows_per_token);
+    }
     put(&o, "  %-16s %12s  (%d positions)\n", "KV cache", size_str(p->kv, b1), p->n_ctx);
     put(&o, "  %-16s %12s\n", "recurrent state", size_str(p->state, b1));
     put(&o, "  %-16s %12s  (batch %d)\n", "scratch", size_str(p->scratch, b1), p->n_batch);

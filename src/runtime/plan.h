@@ -27,6 +27,16 @@ typedef struct plan_model_facts {
     uint64_t state_bytes;        /* recurrent + conv state (independent of context) */
     uint64_t scratch_per_token;  /* activation bytes per token of a batch */
     uint64_t scratch_fixed;      /* activation bytes independent of the batch (logits...) */
+    /* the n-gram table (qwen4exp), a third tier: mapped with the weights (resident) or read
+     * on demand into a row cache; 0 when the model has none. Part of dense_bytes. */
+    uint64_t ngram_bytes;
+    uint64_t ngram_row_bytes;
+    int ngram_rows_per_token;
+    /* device (CUDA) work memory beyond the activations: per token of a batch (MoE
+     * intermediates, encoded activations) and fixed (logit rows, code books, graphs); one VRAM
+     * expert slot (runtime/plan_gpu.c) */
+    uint64_t gpu_scratch_per_token, gpu_scratch_fixed;
+    uint64_t gpu_slot_bytes;
 } plan_model_facts;
 
 typedef struct plan_machine_facts {
@@ -36,6 +46,10 @@ typedef struct plan_machine_facts {
     uint64_t cgroup_usage;       /* memory.current / memory.usage_in_bytes */
     uint64_t cgroup_reclaimable; /* inactive file pages counted in usage */
     uint64_t mem_total, mem_available, swap_total;
+    /* the GPU (plan_probe_gpu; absent unless a CUDA device was asked for and found) */
+    bool gpu;
+    char gpu_name[64];
+    uint64_t vram_total, vram_free;
 } plan_machine_facts;
 
 typedef struct plan_request {
@@ -43,7 +57,14 @@ typedef struct plan_request {
     uint64_t mem_budget;         /* 0: from the machine facts */
     uint64_t cache_bytes;        /* 0: the planner chooses */
     int cache_slots;             /* "Nx": a number of expert slots; 0: unused */
+    sluice_mode ngram_mode;      /* the n-gram table: AUTO, RESIDENT (mapped), STREAM (on demand) */
+    int ngram_cache_rows;        /* its row cache when on demand; 0: the planner chooses */
+    int io_depth;                /* reads in flight (sizes the table's staging); 0: 64 */
     int n_ctx, n_batch;
+    /* GPU: compute on the device; its memory budget (0: the free memory); zero-copy misses */
+    bool gpu;
+    uint64_t gpu_budget;
+    bool gpu_zerocopy;
 } plan_request;
 
 typedef enum plan_reason {
@@ -72,7 +93,24 @@ typedef struct plan {
     uint64_t total;              /* sum of the components */
     int cache_slots, floor_slots, target_slots;
     int n_ctx, n_batch;
+    /* the n-gram table tier: mapped (its bytes are in weights) or on demand (ngram_cache) */
+    bool ngram_resident;
+    int ngram_cache_rows;
+    uint64_t ngram_cache;        /* row cache, index and read staging */
     char message[320];           /* why, in one line */
+    /* GPU (request.gpu; runtime/plan_gpu.c): where the weights live on the device. gpu_mode
+     * resident: every weight in VRAM; stream: dense weights in VRAM and a VRAM expert cache
+     * over the file pinned in host memory. */
+    bool gpu, gpu_ok;
+    sluice_mode gpu_mode;
+    int gpu_reason;              /* enum plan_gpu_reason */
+    uint64_t gpu_budget;         /* device bytes the model may use */
+    const char *gpu_budget_source; /* "--gpu-budget", "free VRAM" */
+    uint64_t gpu_reserve;
+    uint64_t vram_weights, vram_cache, vram_kv, vram_scratch, vram_total;
+    int gpu_slots, gpu_floor_slots;
+    uint64_t pinned;             /* host bytes pinned for the device to read (stream) */
+    char gpu_message[320];
 } plan;
 
 /* Fixed allowance for the process itself (code, tokenizer, stacks, allocator slack). */
@@ -83,6 +121,28 @@ void plan_compute(const plan_model_facts *m, const plan_machine_facts *mc,
 
 /* Read the machine facts of this process (cgroup v2 or v1, /proc/meminfo). */
 void plan_probe(plan_machine_facts *out);
+
+/* ---- the device side (runtime/plan_gpu.c) ---- */
+typedef enum plan_gpu_reason {
+    PLAN_GPU_RESIDENT_FITS = 0,  /* every weight fits in the device budget */
+    PLAN_GPU_RESIDENT_FORCED,    /* --resident, and it fits */
+    PLAN_GPU_STREAM_OVER_BUDGET, /* the weights do not fit: a VRAM expert cache */
+    PLAN_GPU_STREAM_FORCED,      /* --stream */
+    PLAN_GPU_REFUSED_DEVICE,     /* no usable device */
+    PLAN_GPU_REFUSED_RESIDENT,   /* --resident does not fit */
+    PLAN_GPU_REFUSED_FLOOR,      /* not even one layer's experts fit in the VRAM cache */
+    PLAN_GPU_REFUSED_PINNED,     /* streaming needs the file in host memory, and it does not fit */
+} plan_gpu_reason;
+
+/* Pure, like plan_compute, whose result (the host budget) it reads: fills the gpu fields of p
+ * (gpu_ok false with gpu_message when refused). */
+void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
+                      const plan_request *r, plan *p);
+const char *plan_gpu_reason_name(int r);
+/* The device part of the plan: table lines, or a JSON object (the value of "gpu"). */
+int plan_format_gpu(const plan *p, const plan_model_facts *m, bool json, char *buf, size_t cap);
+/* Add the GPU's facts (CUDA builds: device 0's name, total and free memory); false when none. */
+bool plan_probe_gpu(plan_machine_facts *out);
 
 const char *plan_reason_name(plan_reason r);
 /* The plan as an aligned text table, or as one JSON object. Returns bytes written (like

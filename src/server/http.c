@@ -330,8 +330,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             char *end;
             errno = 0;
             unsigned long long n = strtoull(cl, &end, 10);
-            /* a malformed length is libmicrohttpd's to refuse; an overflow is too large */
-            if ((errno == ERANGE || (end != cl && !errno)) && (errno || n > srv->cfg->max_body)) {
+            /* libmicrohttpd refuses a malformed length itself; an overflow is too large */
+            if (errno == ERANGE || (end != cl && n > srv->cfg->max_body)) {
                 api_set_error(&e, 413, "invalid_request_error", NULL, "request_too_large",
                               "the request body exceeds %llu bytes (--max-body)",
                               (unsigned long long)srv->cfg->max_body);

@@ -134,6 +134,26 @@ static int write_file(const char *path, const void *p, size_t n, char *err, size
     return ok ? 0 : -1;
 }
 
+/* Route observer of a measured run: counts the distinct (layer, expert) pairs used (the bytes
+ * a perfect cache would read once) and forwards to the trace writer. */
+typedef struct route_obs {
+    trace_writer *tw;
+    uint8_t *seen;
+    int n_expert;
+    uint64_t distinct;
+} route_obs;
+
+static void observe_route(void *ctx, int layer, int pos, int k, const int32_t *experts,
+                          const float *weights) {
+    route_obs *o = ctx;
+    for (int i = 0; i < k; i++) {
+        uint8_t *f = &o->seen[(size_t)layer * o->n_expert + experts[i]];
+        o->distinct += !*f;
+        *f = 1;
+    }
+    if (o->tw) trace_writer_route(o->tw, layer, pos, k, experts, weights);
+}
+
 typedef struct run_ctx {
     sluice_model *m;
     const bench_params *bp;
@@ -157,9 +177,17 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
         snprintf(err, en, "%s", s ? "out of memory for the evidence buffers" : sluice_last_error());
         goto done;
     }
-    if (measured && c->tw) {
-        trace_writer_set_seq(c->tw, seq);
-        sluice_session_set_route_callback(s, trace_writer_route, c->tw);
+    sluice_model_info info;
+    sluice_model_get_info(c->m, &info);
+    route_obs obs = {.tw = c->tw, .n_expert = info.n_expert};
+    if (measured && info.n_expert > 0) {
+        obs.seen = calloc((size_t)info.n_layer * (size_t)info.n_expert, 1);
+        if (!obs.seen) {
+            snprintf(err, en, "out of memory");
+            goto done;
+        }
+        if (c->tw) trace_writer_set_seq(c->tw, seq);
+        sluice_session_set_route_callback(s, observe_route, &obs);
     }
     sluice_expert_stats st0, st1, st2;
     bool per_run = measured && machine_peak_rss_reset();
@@ -206,10 +234,11 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     r->tpot_p99 = percentile(steps, n_gen, 0.99);
     stats_delta(&r->prefill, &st0, &st1);
     stats_delta(&r->decode, &st1, &st2);
-    const uint64_t miss = r->prefill.misses + r->decode.misses;
-    const uint64_t eb = trace_model_expert_bytes(c->m);
-    r->read_amplification =
-        miss && eb ? (double)(r->prefill.bytes_read + r->decode.bytes_read) / ((double)miss * (double)eb) : 0.0;
+    r->unique_expert_bytes = obs.distinct * trace_model_expert_bytes(c->m);
+    r->read_amplification = r->unique_expert_bytes
+                                ? (double)(r->prefill.bytes_read + r->decode.bytes_read) /
+                                      (double)r->unique_expert_bytes
+                                : 0.0;
     const size_t lbytes = (size_t)(n_gen + 1) * (size_t)V * sizeof(float);
     const size_t tbytes = (size_t)(p + n_gen + 1) * sizeof(int32_t);
     if (!digest_buffer(logits, lbytes, r->logits_sha) || !digest_buffer(toks, tbytes, r->tokens_sha)) {
@@ -231,6 +260,7 @@ eval_fail:
     snprintf(err, en, "%s", sluice_last_error());
 done:
     sluice_session_free(s);
+    free(obs.seen);
     free(logits);
     free(toks);
     free(steps);

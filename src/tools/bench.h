@@ -50,7 +50,8 @@ typedef struct bench_run {
     uint64_t peak_rss;
     bool peak_rss_per_run;                           /* false: process peak so far */
     bench_stats prefill, decode;
-    double read_amplification;                       /* bytes read / (misses x expert size) */
+    uint64_t unique_expert_bytes;                    /* distinct experts used x expert size */
+    double read_amplification;                       /* bytes read / unique_expert_bytes */
     char logits_sha[65], tokens_sha[65];
     char logits_file[512], tokens_file[512];
 } bench_run;

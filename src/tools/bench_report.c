@@ -185,7 +185,7 @@ char *bench_json(const sluice_model *m, const bench_params *bp, const bench_resu
             json_object_set_new(ev, "tokens_file", json_string(r->tokens_file));
         }
         json_t *run = json_pack(
-            "{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:I,s:s,s:{s:o,s:o,s:f},s:o}",
+            "{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:{s:f,s:f,s:f,s:f},s:I,s:s,s:{s:o,s:o,s:f,s:I},s:o}",
             "n_prompt", r->n_prompt, "n_gen", r->n_gen, "rep", r->rep, "prefill_s", r->prefill_s,
             "prefill_tps", tps(r->n_prompt, r->prefill_s), "ttft_ms", r->ttft_s * 1e3, "decode_s",
             r->decode_s, "decode_tps", tps(r->n_gen, r->decode_s), "tpot_ms", "p50",
@@ -193,6 +193,7 @@ char *bench_json(const sluice_model *m, const bench_params *bp, const bench_resu
             r->tpot_mean * 1e3, "peak_rss_bytes", (json_int_t)r->peak_rss, "peak_rss_scope",
             r->peak_rss_per_run ? "run" : "process", "experts", "prefill", stats_json(&r->prefill),
             "decode", stats_json(&r->decode), "read_amplification", r->read_amplification,
+            "unique_expert_bytes", (json_int_t)r->unique_expert_bytes,
             "evidence", ev);
         json_array_append_new(runs, run);
     }

@@ -156,8 +156,8 @@ static bool pool_init(pool *p, cache_policy_kind kind, int cap, int n_keys, int3
     memset(p, 0, sizeof *p);
     p->cap = cap;
     p->pos = pos;
-    /* the engine's half-life is its number of slots */
-    p->pol = cache_policy_new(kind, n_keys, cap > 0 ? (double)cap : 1.0);
+    /* the same half-life as the engine's expert cache */
+    p->pol = cache_policy_new(kind, n_keys, cache_policy_engine_half_life(cap));
     p->heap = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *p->heap);
     return p->pol && p->heap;
 }

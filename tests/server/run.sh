@@ -24,6 +24,8 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+# any command failing outside fail() still says where
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND (exit $?)" >&2' ERR
 
 fail() {
   echo "FAIL: $*" >&2
@@ -95,7 +97,7 @@ metric() { # metric NAME_URL METRIC
 
 rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 
-start_server stories -c 512 --max-body 1M
+start_server stories -c 512 --max-body 1M --max-tokens 64
 start_server chatml -m "$QWEN"
 start_server slow --queue 0 --debug-delay-ms 20 -c 512
 S=$URL_stories
@@ -223,7 +225,7 @@ if [ -n "$UNIT" ]; then
   grep -q 'chat format chatml, thinking optional (off: empty think block)' "$WORK/think.log" ||
     fail "template not recognized: $(head -n 1 "$WORK/think.log")"
   prompt_tokens() { # URL EXTRA_FIELDS
-    curl -s "$1/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1$2}" |
+    { curl -s "$1/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1$2}" || true; } |
       sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p'
   }
   off_kw=',"chat_template_kwargs":{"enable_thinking":false}'

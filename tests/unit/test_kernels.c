@@ -6,7 +6,8 @@
  *   - every activation encoder (Q8_0, Q8_1, Q8_K, F16, BF16): identical bytes, including
  *     values that land exactly on rounding ties, zero blocks, repeated maxima of both signs;
  *   - every tile kernel: each output equals the single-row reference dot;
- *   - the attention kernel against its scalar definition (kernel_attn_ref).
+ *   - the attention kernel against its scalar definition (kernel_attn_ref);
+ *   - kernel_dot_f32 and the Gated DeltaNet state passes against theirs.
  * Prints how many comparisons ran per level. */
 #include <math.h>
 #include <stdio.h>
@@ -240,6 +241,30 @@ static void check_attention(rng *r, kernel_isa isa) {
     CHECK(kernel_exp_s(-INFINITY) == 0.0f && kernel_exp_s(0.0f) == 1.0f);
 }
 
+/* kernel_dot_f32 and the Gated DeltaNet state-row passes against their scalar definitions. */
+static void check_f32_passes(rng *r, kernel_isa isa) {
+    enum { N = 300 };
+    static float a[N], b[N], c[N], s1[N], s2[N];
+    kernel_decay_dot_fn decay = kernel_gdn_decay_dot();
+    kernel_update_dot_fn update = kernel_gdn_update_dot();
+    for (int rep = 0; rep < 60; rep++) {
+        int n = rep < 20 ? rep : 1 + (int)(rnd(r) % N);
+        for (int i = 0; i < n; i++) {
+            a[i] = rnd_unit(r);
+            b[i] = rnd_unit(r) * 4.0f;
+            c[i] = rnd_unit(r);
+            s1[i] = s2[i] = rnd_unit(r) * 2.0f;
+        }
+        float x = rnd_unit(r);
+        n_checks += 3;
+        CHECKF(fbits(kernel_dot_f32(n, a, b)) == fbits(kernel_dot_f32_ref(n, a, b)), "%s dot_f32 n=%d", kernel_isa_name(isa), n);
+        float d1 = kernel_decay_dot_ref(n, s1, x, a), d2 = decay(n, s2, x, a);
+        CHECKF(fbits(d1) == fbits(d2) && !memcmp(s1, s2, sizeof(float) * (size_t)n), "%s decay_dot n=%d", kernel_isa_name(isa), n);
+        float u1 = kernel_update_dot_ref(n, s1, x, b, c), u2 = update(n, s2, x, b, c);
+        CHECKF(fbits(u1) == fbits(u2) && !memcmp(s1, s2, sizeof(float) * (size_t)n), "%s update_dot n=%d", kernel_isa_name(isa), n);
+    }
+}
+
 int main(void) {
     kernel_isa best = kernel_isa_best();
     printf("best level: %s, AMX %s\n", kernel_isa_name(best), kernel_amx_usable() ? "usable" : "not usable");
@@ -251,6 +276,7 @@ int main(void) {
         check_encoders(&r, isa);
         check_dots(&r, isa);
         check_attention(&r, isa);
+        check_f32_passes(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
     }
     kernel_isa_force(best);

@@ -163,7 +163,7 @@ static uint64_t lru_brute(const sim_keys *k, int cap, bool per_layer) {
 /* The expert cache's own way: linear scan with cache_policy_prefer_evict. */
 static uint64_t engine_scan(const sim_keys *k, int cap) {
     const int nk = k->n_layer * k->n_expert;
-    cache_policy *p = cache_policy_new(CACHE_POLICY_ENGINE, nk, (double)cap);
+    cache_policy *p = cache_policy_new(CACHE_POLICY_ENGINE, nk, cache_policy_engine_half_life(cap));
     int *slot = malloc((size_t)cap * sizeof *slot);
     char *res = calloc((size_t)nk, 1);
     int used = 0;

@@ -64,6 +64,9 @@ static void init(void) {
         s->quantize[t] = qt->quantize;
     }
     s->attn = kernel_attn_ref;
+    s->dot_f32 = kernel_dot_f32_ref;
+    s->decay_dot = kernel_decay_dot_ref;
+    s->update_dot = kernel_update_dot_ref;
     detect();
 #if defined(__x86_64__)
     sets[KERNEL_ISA_AVX2] = sets[KERNEL_ISA_SCALAR];
@@ -198,7 +201,58 @@ void kernel_attn_ref(const float *q, size_t q_stride, int G, const float *k, siz
     }
 }
 
+kernel_decay_dot_fn kernel_gdn_decay_dot(void) {
+    ensure_init();
+    return sets[cur_isa].decay_dot;
+}
+
+kernel_update_dot_fn kernel_gdn_update_dot(void) {
+    ensure_init();
+    return sets[cur_isa].update_dot;
+}
+
+static inline float lanes_sum(const float acc[8]) {
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+float kernel_decay_dot_ref(int n, float *s, float a, const float *k) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            s[i + l] *= a;
+            acc[l] += s[i + l] * k[i + l];
+        }
+    float r = lanes_sum(acc);
+    for (; i < n; i++) {
+        s[i] *= a;
+        r += s[i] * k[i];
+    }
+    return r;
+}
+
+float kernel_update_dot_ref(int n, float *s, float d, const float *k, const float *q) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            s[i + l] += k[i + l] * d;
+            acc[l] += s[i + l] * q[i + l];
+        }
+    float r = lanes_sum(acc);
+    for (; i < n; i++) {
+        s[i] += k[i] * d;
+        r += s[i] * q[i];
+    }
+    return r;
+}
+
 float kernel_dot_f32(int64_t n, const float *a, const float *b) {
+    ensure_init();
+    return sets[cur_isa].dot_f32(n, a, b);
+}
+
+float kernel_dot_f32_ref(int64_t n, const float *a, const float *b) {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)

@@ -69,9 +69,24 @@ void kernel_attn_ref(const float *q, size_t q_stride, int G, const float *k, siz
 float kernel_exp_s(float x);
 kernel_attn_fn kernel_attn(void);
 
+/* Gated DeltaNet state-row passes (ops_ssm.c), each summing in kernel_dot_f32's order:
+ *   decay_dot:  s[i] *= a, returns sum s[i] * k[i]
+ *   update_dot: s[i] += k[i] * d, returns sum s[i] * q[i] */
+typedef float (*kernel_decay_dot_fn)(int n, float *s, float a, const float *k);
+typedef float (*kernel_update_dot_fn)(int n, float *s, float d, const float *k, const float *q);
+kernel_decay_dot_fn kernel_gdn_decay_dot(void);
+kernel_update_dot_fn kernel_gdn_update_dot(void);
+/* the scalar definitions */
+float kernel_decay_dot_ref(int n, float *s, float a, const float *k);
+float kernel_update_dot_ref(int n, float *s, float d, const float *k, const float *q);
+float kernel_dot_f32_ref(int64_t n, const float *a, const float *b);
+
 /* The functions of one instruction-set level; NULL entries fall back to the level below. */
 typedef struct kernel_set {
     kernel_attn_fn attn;
+    float (*dot_f32)(int64_t n, const float *a, const float *b); /* kernel_dot_f32 */
+    kernel_decay_dot_fn decay_dot;
+    kernel_update_dot_fn update_dot;
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */
     const kernel_tile *tile[GGML_TYPE_COUNT];

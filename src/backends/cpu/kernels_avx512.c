@@ -540,6 +540,31 @@ static inline float fold16_ps(__m512 v) {
     return _mm_cvtss_f32(u);
 }
 
+/* The 16-lane fold of 16 keys' accumulators at once, by a transposing tree: each level adds the
+ * same lane pairs as fold16_ps does for one key (j + 8, then j + 4, j + 2, j + 1), two keys'
+ * halves per instruction. Lane i of the result is key i's folded dot. */
+static inline __m512 fold16x16(__m512 *acc) {
+    const __m512i l1a = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i l1b = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m512i l2a = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i l2b = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    const __m512i l3a = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i l3b = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const __m512i l4a = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i l4b = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 r[8], q4[4], o[2];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm512_add_ps(_mm512_permutex2var_ps(acc[2 * i], l1a, acc[2 * i + 1]),
+                             _mm512_permutex2var_ps(acc[2 * i], l1b, acc[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        q4[i] = _mm512_add_ps(_mm512_permutex2var_ps(r[2 * i], l2a, r[2 * i + 1]),
+                              _mm512_permutex2var_ps(r[2 * i], l2b, r[2 * i + 1]));
+    for (int i = 0; i < 2; i++)
+        o[i] = _mm512_add_ps(_mm512_permutex2var_ps(q4[2 * i], l3a, q4[2 * i + 1]),
+                             _mm512_permutex2var_ps(q4[2 * i], l3b, q4[2 * i + 1]));
+    return _mm512_add_ps(_mm512_permutex2var_ps(o[0], l4a, o[1]), _mm512_permutex2var_ps(o[0], l4b, o[1]));
+}
+
 /* hd = 16 * NQ, hd_v = 16 * NV with the query and the output accumulators in registers. */
 #define ATTN512(NAME, NQ, NV)                                                                              \
     static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v, \
@@ -554,14 +579,21 @@ static inline float fold16_ps(__m512 v) {
             _Alignas(64) float sc[KERNEL_ATTN_TILE], e[KERNEL_ATTN_TILE];                                   \
             for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {                                           \
                 int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;                       \
-                float mt = -INFINITY;                                                                       \
-                for (int p = 0; p < nt; p++) {                                                              \
-                    const float *kp = k + (size_t)(p0 + p) * k_stride;                                      \
-                    __m512 acc = _mm512_setzero_ps();                                                       \
-                    for (int j = 0; j < NQ; j++) acc = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc); \
-                    sc[p] = fold16_ps(acc) * scale;                                                         \
-                    mt = sc[p] > mt ? sc[p] : mt;                                                           \
+                __m512 vmax = _mm512_set1_ps(-INFINITY);                                                    \
+                for (int p = 0; p < nt; p += 16) { /* 16 keys, folded together */                           \
+                    int kk = nt - p < 16 ? nt - p : 16;                                                     \
+                    __m512 acc[16];                                                                         \
+                    for (int i = 0; i < 16; i++) {                                                          \
+                        acc[i] = _mm512_setzero_ps();                                                       \
+                        if (i >= kk) continue;                                                              \
+                        const float *kp = k + (size_t)(p0 + p + i) * k_stride;                              \
+                        for (int j = 0; j < NQ; j++) acc[i] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc[i]); \
+                    }                                                                                       \
+                    __m512 sv = _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));                       \
+                    _mm512_store_ps(sc + p, sv);                                                            \
+                    vmax = _mm512_mask_max_ps(vmax, (__mmask16)((1u << kk) - 1), sv, vmax);                  \
                 }                                                                                           \
+                float mt = _mm512_reduce_max_ps(vmax);                                                      \
                 float mn = m > mt ? m : mt;                                                                 \
                 float c = kernel_exp_s(m - mn);                                                             \
                 l = l * (double)c;                                                                          \

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/ops_hc.h"
 #include "backends/cpu/ops_moe.h"
 #include "backends/cpu/ops_ssm.h"
 #include "backends/cpu/threadpool.h"
@@ -91,7 +92,9 @@ static void mm_pack_task(void *ctx, int ith, int nth) {
  * over them; the tokens' activations (a few KiB each) stay in L2 across the row tiles. */
 #define MM_ROW_BLOCK 16
 #define MM_TOK_BLOCK 16
-#define MM_PREFETCH_ROWS 4
+#ifndef MM_PREFETCH_ROWS
+#define MM_PREFETCH_ROWS 4 /* 0: no software prefetch */
+#endif
 
 /* Rows [lo, hi) of the product for all tokens. */
 static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
@@ -113,9 +116,10 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
                 /* one token (decode): a pure stream over the rows; prefetch a few KiB ahead so
                  * the next rows are in flight while this one is multiplied */
                 for (int64_t r = r0; r < r1; r++) {
-                    const uint8_t *ahead = wd + (r + MM_PREFETCH_ROWS) * w->row_bytes;
-                    if (r + MM_PREFETCH_ROWS < hi)
+                    if (MM_PREFETCH_ROWS > 0 && r + MM_PREFETCH_ROWS < hi) {
+                        const uint8_t *ahead = wd + (r + MM_PREFETCH_ROWS) * w->row_bytes;
                         for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(ahead + off);
+                    }
                     o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
                 }
                 continue;
@@ -344,12 +348,12 @@ typedef struct attn_job {
 
 static void attn_task(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
-    int64_t lo, hi;
-    split((int64_t)j->n * j->n_head_kv, ith, nth, &lo, &hi);
     const int group = j->n_head / j->n_head_kv;
     float *work = j->work + (size_t)ith * (size_t)group * KERNEL_ATTN_TILE;
     const size_t krow = (size_t)j->n_head_kv * j->hd, vrow = (size_t)j->n_head_kv * j->hd_v;
-    for (int64_t item = lo; item < hi; item++) {
+    /* items round-robin: a later token sees more keys (causal), so contiguous shares would
+     * leave the last thread with most of the work */
+    for (int64_t item = ith; item < (int64_t)j->n * j->n_head_kv; item += nth) {
         int t = (int)(item / j->n_head_kv), kvh = (int)(item % j->n_head_kv), h0 = kvh * group;
         j->fn(j->q + ((size_t)t * j->n_head + h0) * j->hd, (size_t)j->hd, group,
               j->kc + (size_t)kvh * j->hd, krow, j->vc + (size_t)kvh * j->hd_v, vrow, j->pos0 + t + 1,
@@ -425,6 +429,16 @@ static const backend_ops cpu_ops = {
     .gated_delta = cpu_gated_delta,
     .sigmoid_mul = cpu_sigmoid_mul,
     .gdn_gates = cpu_gdn_gates,
+    /* qwen4exp: hyper-connections, n-gram module, block-sparse attention (ops_hc.c, ops_qsa.c) */
+    .rmsnorm_groups = cpu_rmsnorm_groups,
+    .scale_silu = cpu_scale_silu,
+    .hc_mix = cpu_hc_mix,
+    .hc_combine = cpu_hc_combine,
+    .ple_gate = cpu_ple_gate,
+    .conv1d_dilated_silu = cpu_conv1d_dilated_silu,
+    .qsa_pool = cpu_qsa_pool,
+    .qsa_select = cpu_qsa_select,
+    .attention_sel = cpu_attention_sel,
     /* memory, inputs and routed-expert steps: ops_moe.c */
     .alloc = cpu_alloc,
     .mfree = cpu_mfree,

@@ -97,47 +97,9 @@ static inline void axpy(int n, float a, const float *x, float *y) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* Two fused passes over a state row, each summing in kernel_dot_f32's order (8 interleaved
- * partial sums combined ((0+4)+(2+6))+((1+5)+(3+7)), then the tail), so the results are those
- * of the separate scale/dot/axpy/dot steps bit for bit, with half the passes.
- *   decay_dot:  s[i] *= a, returns sum s[i] * k[i]
- *   update_dot: s[i] += k[i] * d, returns sum s[i] * q[i] */
-static inline float lanes_sum(const float acc[8]) {
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-static float decay_dot(int n, float *restrict s, float a, const float *restrict k) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) {
-            s[i + l] *= a;
-            acc[l] += s[i + l] * k[i + l];
-        }
-    float r = lanes_sum(acc);
-    for (; i < n; i++) {
-        s[i] *= a;
-        r += s[i] * k[i];
-    }
-    return r;
-}
-
-static float update_dot(int n, float *restrict s, float d, const float *restrict k,
-                        const float *restrict q) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) {
-            s[i + l] += k[i + l] * d;
-            acc[l] += s[i + l] * q[i + l];
-        }
-    float r = lanes_sum(acc);
-    for (; i < n; i++) {
-        s[i] += k[i] * d;
-        r += s[i] * q[i];
-    }
-    return r;
-}
+/* The two fused passes over a state row (decay_dot: s *= a, returns s . k; update_dot:
+ * s += k d, returns s . q) are CPU kernels (kernels.h), vectorized per instruction set and
+ * identical in bits to their scalar definitions. */
 
 /* One value head, token by token. Each state row S[j] (one value dim) evolves on its own:
  * decay, prediction m = S[j]·k, correction d = beta (v[j] - m), rank-1 update S[j] += d k,
@@ -146,6 +108,8 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
     const gdn_params *p = &J->p;
     const int Dk = p->d_k, Dv = p->d_v, Hk = p->n_k_head, Hv = p->n_v_head, kh = key_head(p, h);
     float *S = J->state + (size_t)h * Dv * Dk;
+    const kernel_decay_dot_fn decay_dot = kernel_gdn_decay_dot();
+    const kernel_update_dot_fn update_dot = kernel_gdn_update_dot();
     for (int t = 0; t < p->n_tok; t++) {
         const float *qt = J->q + ((size_t)t * Hk + kh) * Dk;
         const float *kt = J->k + ((size_t)t * Hk + kh) * Dk;

@@ -1,0 +1,681 @@
+/* CUDA backend: lifecycle, memory, weights, step inputs, downloads, CUDA graphs, the expert
+ * table and the operation table. Kernels live in cuda_matmul.cu, cuda_moe.cu and cuda_ops.cu.
+ *
+ * Weights: be_weights_map either uploads a host range (a device copy; views inside it are
+ * translated to the copy) or pins it (cudaHostRegister, read-only; kernels read it over the bus).
+ * A resident model uploads the whole mapped file; a streamed one pins the file and uploads the
+ * dense tensors, so routed experts are reached through the expert table: a VRAM cache slot when
+ * cached, else the pinned file bytes. Either way a kernel reads the same bytes, which is why
+ * resident, streamed and every cache size give the same results.
+ *
+ * Graphs: a decode step (session.c) is run eagerly the first time (it sizes every buffer), then
+ * captured once and replayed; per-step values reach the graph through set_inputs' device
+ * buffers, outputs through pinned staging copied to the caller's memory after the replay. */
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#include "backends/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "formats/quant.h"
+}
+
+static std::unordered_map<void *, size_t> &alloc_sizes() {
+    static std::unordered_map<void *, size_t> m;
+    return m;
+}
+
+void cuda_fail(const char *what, cudaError_t e, const char *file, int line) {
+    fprintf(stderr, "sluice: CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(e),
+            cudaGetErrorString(e), file, line, what);
+    abort();
+}
+
+/* ---- device memory ---------------------------------------------------------------------------- */
+
+static void *dev_alloc(cuda_backend *c, size_t bytes) {
+    if (bytes == 0) bytes = 256;
+    if (c->budget && c->allocated + bytes > c->budget) return nullptr;
+    void *p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free out-of-memory error */
+        return nullptr;
+    }
+    alloc_sizes()[p] = bytes;
+    c->allocated += bytes;
+    return p;
+}
+
+static void dev_free(cuda_backend *c, void *p) {
+    if (!p) return;
+    if (c->capturing) { /* a free would synchronize the capturing stream */
+        c->deferred_free.push_back(p);
+        return;
+    }
+    auto it = alloc_sizes().find(p);
+    if (it != alloc_sizes().end()) {
+        c->allocated -= it->second;
+        alloc_sizes().erase(it);
+    }
+    CU(cudaFree(p));
+}
+
+void *cuda_scratch(cuda_backend *c, int id, size_t bytes) {
+    if (bytes <= c->scratch_cap[id]) return c->scratch[id];
+    size_t cap = bytes + bytes / 4 + 4096;
+    if (c->capturing) c->capture_broken = true; /* sizes come from the eager run; be safe */
+    dev_free(c, c->scratch[id]);
+    c->scratch[id] = dev_alloc(c, cap);
+    if (!c->scratch[id]) {
+        fprintf(stderr, "sluice: out of device memory for %zu bytes of scratch\n", cap);
+        abort();
+    }
+    c->scratch_cap[id] = cap;
+    return c->scratch[id];
+}
+
+/* ---- profiling -------------------------------------------------------------------------------- */
+
+void cuda_prof_begin(cuda_backend *c) {
+    if (c->profile) CU(cudaEventRecord(c->ev0, c->stream));
+}
+
+void cuda_prof_end(cuda_backend *c, const char *name) {
+    if (!c->profile) return;
+    CU(cudaEventRecord(c->ev1, c->stream));
+    CU(cudaEventSynchronize(c->ev1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, c->ev0, c->ev1));
+    for (auto &e : c->prof)
+        if (e.name == name || strcmp(e.name, name) == 0) {
+            e.ms += ms;
+            e.calls++;
+            return;
+        }
+    c->prof.push_back({name, ms, 1});
+}
+
+void backend_cuda_profile_report(const backend *b, FILE *out) {
+    const cuda_backend *c = reinterpret_cast<const cuda_backend *>(b);
+    std::vector<prof_entry> v = c->prof;
+    std::sort(v.begin(), v.end(), [](const prof_entry &a, const prof_entry &x) { return a.ms > x.ms; });
+    double total = 0;
+    for (auto &e : v) total += e.ms;
+    fprintf(out, "| op | ms | calls | us/call | share |\n|---|---:|---:|---:|---:|\n");
+    for (auto &e : v)
+        fprintf(out, "| %s | %.3f | %llu | %.2f | %.1f%% |\n", e.name, e.ms,
+                (unsigned long long)e.calls, 1000.0 * e.ms / (double)(e.calls ? e.calls : 1),
+                total > 0 ? 100.0 * e.ms / total : 0.0);
+    fprintf(out, "| total | %.3f | | | |\n", total);
+}
+
+/* ---- activation cache ------------------------------------------------------------------------- */
+
+void cuda_act_invalidate(cuda_backend *c) {
+    for (auto &e : c->acts) e.valid = false;
+}
+
+void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes) {
+    const uintptr_t a = (uintptr_t)p, b = a + bytes;
+    for (auto &e : c->acts) {
+        if (!e.valid) continue;
+        const uintptr_t s = (uintptr_t)e.src, t = s + (size_t)e.n * (size_t)e.K * sizeof(float);
+        if (a < t && s < b) e.valid = false;
+    }
+}
+
+qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) {
+    const int act = cuda_act_type(type);
+    for (auto &e : c->acts)
+        if (e.valid && e.src == x && e.n == n && e.K == K && e.act == act) {
+            e.age = ++c->act_age;
+            return cuda_act_view(e.buf, n, K, act);
+        }
+    act_cache_entry *v = &c->acts[0];
+    for (auto &e : c->acts)
+        if (!e.valid) {
+            v = &e;
+            break;
+        } else if (e.age < v->age) {
+            v = &e;
+        }
+    const size_t bytes = cuda_act_bytes(n, K, act);
+    if (bytes > v->cap) {
+        if (c->capturing) c->capture_broken = true;
+        dev_free(c, v->buf);
+        v->cap = bytes + bytes / 4 + 4096;
+        v->buf = dev_alloc(c, v->cap);
+        if (!v->buf) {
+            fprintf(stderr, "sluice: out of device memory for activations\n");
+            abort();
+        }
+    }
+    cuda_quantize_act(c, x, n, K, act, v->buf);
+    v->src = x;
+    v->n = n;
+    v->K = K;
+    v->act = act;
+    v->valid = true;
+    v->age = ++c->act_age;
+    return cuda_act_view(v->buf, n, K, act);
+}
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+
+static const void *lookup(const std::vector<cuda_range> &v, uintptr_t p) {
+    /* the ranges of one kind never overlap: the last one starting at or before p */
+    auto it = std::upper_bound(v.begin(), v.end(), p,
+                               [](uintptr_t x, const cuda_range &r) { return x < r.host; });
+    if (it == v.begin()) return nullptr;
+    --it;
+    return p < it->host + it->bytes ? reinterpret_cast<const void *>(it->dev + (p - it->host))
+                                    : nullptr;
+}
+
+const void *cuda_dev(const cuda_backend *c, const void *p) {
+    if (!p) return p;
+    const uintptr_t a = (uintptr_t)p;
+    if (const void *d = lookup(c->uploads, a)) return d;
+    if (const void *d = lookup(c->pinned, a)) return d;
+    return p;
+}
+
+static void add_range(std::vector<cuda_range> &v, cuda_range r);
+
+const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes) {
+    if (!p) return p;
+    const uintptr_t a = (uintptr_t)p;
+    if (const void *d = lookup(c->uploads, a)) return d;
+    if (const void *d = lookup(c->pinned, a)) return d;
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        at.type = cudaMemoryTypeUnregistered;
+    }
+    if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) return p;
+    if (at.type == cudaMemoryTypeHost) return at.devicePointer ? at.devicePointer : p;
+    /* host memory the model made itself (converted norms, conv taps): copy it once; the first
+     * (eager) run of every pass meets all of them, so a capture never does */
+    if (c->capturing) c->capture_broken = true;
+    void *d = dev_alloc(c, (bytes + 255) / 256 * 256);
+    if (!d) {
+        fprintf(stderr, "sluice: out of device memory for %zu bytes of weights\n", bytes);
+        abort();
+    }
+    CU(cudaMemcpy(d, p, bytes, cudaMemcpyHostToDevice));
+    c->weight_blocks.push_back(d);
+    add_range(c->uploads, {a, bytes, (uintptr_t)d, 0});
+    return d;
+}
+
+static void add_range(std::vector<cuda_range> &v, cuda_range r) {
+    auto it = std::upper_bound(v.begin(), v.end(), r.host,
+                               [](uintptr_t x, const cuda_range &q) { return x < q.host; });
+    v.insert(it, r);
+}
+
+static int op_weights_map(backend *b, const void *host, size_t bytes, bool upload) {
+    cuda_backend *c = CB(b);
+    if (!bytes) return 0;
+    if (upload) {
+        const uint8_t *have = (const uint8_t *)lookup(c->uploads, (uintptr_t)host);
+        if (have && lookup(c->uploads, (uintptr_t)host + bytes - 1) == have + bytes - 1) return 0;
+        void *d = dev_alloc(c, (bytes + 255) / 256 * 256);
+        if (!d) return -1;
+        /* in slices: a pageable copy of many GiB is staged by the driver anyway, and slices keep
+         * the memory the driver pins for it small */
+        const size_t slice = 256ull << 20;
+        for (size_t off = 0; off < bytes; off += slice) {
+            const size_t len = bytes - off < slice ? bytes - off : slice;
+            CU(cudaMemcpy((uint8_t *)d + off, (const uint8_t *)host + off, len, cudaMemcpyHostToDevice));
+        }
+        c->weight_blocks.push_back(d);
+        add_range(c->uploads, {(uintptr_t)host, bytes, (uintptr_t)d, 0});
+        return 0;
+    }
+    /* pin in place: page-aligned bounds, read-only (the file is mapped PROT_READ) */
+    const uintptr_t page = 4096, a = (uintptr_t)host / page * page;
+    const size_t len = ((uintptr_t)host + bytes + page - 1) / page * page - a;
+    void *dptr = nullptr;
+    cudaError_t e = cudaHostRegister((void *)a, len,
+                                     cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (e == cudaSuccess) {
+        c->registered.push_back((void *)a);
+        CU(cudaHostGetDevicePointer(&dptr, (void *)a, 0));
+        add_range(c->pinned, {a, len, (uintptr_t)dptr, a});
+        return 0;
+    }
+    cudaGetLastError();
+    /* fallback: a pinned copy (needs the host memory twice while it is made) */
+    void *h = nullptr;
+    if (cudaHostAlloc(&h, len, cudaHostAllocMapped) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    memcpy(h, (const void *)a, len);
+    c->host_copies_pinned.push_back(h);
+    CU(cudaHostGetDevicePointer(&dptr, h, 0));
+    add_range(c->pinned, {a, len, (uintptr_t)dptr, (uintptr_t)h});
+    return 0;
+}
+
+/* ---- memory ops ------------------------------------------------------------------------------- */
+
+static void *op_alloc(backend *b, size_t bytes) {
+    cuda_backend *c = CB(b);
+    void *p = dev_alloc(c, (bytes + 255) / 256 * 256);
+    if (p) CU(cudaMemsetAsync(p, 0, (bytes + 255) / 256 * 256, c->stream));
+    return p;
+}
+
+static void op_mfree(backend *b, void *p) {
+    cuda_backend *c = CB(b);
+    cuda_act_invalidate(c);
+    CU(cudaStreamSynchronize(c->stream));
+    dev_free(c, p);
+}
+
+static void op_upload(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_backend *c = CB(b);
+    if (!bytes) return;
+    if (c->capturing) c->capture_broken = true; /* host data is not part of a graph */
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    cuda_act_invalidate_range(c, dst, bytes);
+}
+
+static void ensure_stage(cuda_backend *c, size_t bytes) {
+    if (bytes <= c->stage_cap) return;
+    CU(cudaStreamSynchronize(c->stream));
+    if (c->h_stage) CU(cudaFreeHost(c->h_stage));
+    c->stage_cap = bytes + bytes / 2;
+    CU(cudaHostAlloc((void **)&c->h_stage, c->stage_cap, cudaHostAllocDefault));
+}
+
+static void op_download(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_backend *c = CB(b);
+    if (!bytes) return;
+    cuda_prof_begin(c);
+    if (c->capturing) {
+        const size_t off = (c->stage_used + 255) / 256 * 256;
+        if (off + bytes > c->stage_cap) {
+            c->capture_broken = true;
+            return;
+        }
+        CU(cudaMemcpyAsync(c->h_stage + off, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        c->cur_graph->host_copies.push_back({dst, {off, bytes}});
+        c->stage_used = off + bytes;
+        return;
+    }
+    ensure_stage(c, bytes);
+    CU(cudaMemcpyAsync(c->h_stage, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    memcpy(dst, c->h_stage, bytes);
+    cuda_prof_end(c, "download");
+}
+
+static void op_memzero(backend *b, void *dst, size_t bytes) {
+    cuda_backend *c = CB(b);
+    if (!bytes) return;
+    CU(cudaMemsetAsync(dst, 0, bytes, c->stream));
+    cuda_act_invalidate_range(c, dst, bytes);
+}
+
+static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_backend *c = CB(b);
+    if (!bytes) return;
+    /* from the page-locked bytes of a pinned range (asynchronous DMA) */
+    const uintptr_t a = (uintptr_t)src;
+    auto it = std::upper_bound(c->pinned.begin(), c->pinned.end(), a,
+                               [](uintptr_t x, const cuda_range &r) { return x < r.host; });
+    if (it != c->pinned.begin() && a < (it - 1)->host + (it - 1)->bytes)
+        src = (const void *)((it - 1)->pin + (a - (it - 1)->host));
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
+}
+
+static void op_sync(backend *b) {
+    cuda_backend *c = CB(b);
+    if (c->capturing) return;
+    cuda_table_flush(c);
+    CU(cudaStreamSynchronize(c->stream));
+}
+
+/* ---- step inputs ------------------------------------------------------------------------------ */
+
+static void write_inputs(cuda_backend *c, const int32_t *tokens, int n, int pos0) {
+    for (int t = 0; t < n; t++) {
+        c->h_in[t] = tokens[t];
+        c->h_in[c->in_cap + t] = pos0 + t;
+    }
+}
+
+static void op_set_inputs(backend *b, const int32_t *tokens, int n, int pos0, const int32_t **ids,
+                          const int32_t **pos) {
+    cuda_backend *c = CB(b);
+    if (n > c->in_cap) {
+        if (c->capturing) c->capture_broken = true;
+        CU(cudaStreamSynchronize(c->stream));
+        if (c->h_in) CU(cudaFreeHost(c->h_in));
+        dev_free(c, c->d_in);
+        c->in_cap = n < 64 ? 64 : n;
+        CU(cudaHostAlloc((void **)&c->h_in, 2 * (size_t)c->in_cap * sizeof(int32_t), cudaHostAllocDefault));
+        c->d_in = (int32_t *)dev_alloc(c, 2 * (size_t)c->in_cap * sizeof(int32_t));
+        if (!c->d_in) {
+            fprintf(stderr, "sluice: out of device memory for step inputs\n");
+            abort();
+        }
+    }
+    /* the previous step's copy of the staging area must have run before it is rewritten */
+    if (!c->capturing) CU(cudaStreamSynchronize(c->stream));
+    write_inputs(c, tokens, n, pos0);
+    c->in_n = n;
+    CU(cudaMemcpyAsync(c->d_in, c->h_in, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
+    CU(cudaMemcpyAsync(c->d_in + c->in_cap, c->h_in + c->in_cap, (size_t)n * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, c->stream));
+    cuda_act_invalidate(c);
+    *ids = c->d_in;
+    *pos = c->d_in + c->in_cap;
+}
+
+/* ---- expert table ------------------------------------------------------------------------------ */
+
+static int op_experts_init(backend *b, const expert_layout *l) {
+    cuda_backend *c = CB(b);
+    c->n_layer = l->n_layer;
+    c->n_expert = l->n_expert;
+    c->shapes.assign(l->n_layer, expert_shape{});
+    for (int i = 0; i < l->n_layer; i++) {
+        const expert_layer_layout *L = &l->layers[i];
+        expert_shape &s = c->shapes[i];
+        s.present = L->present;
+        if (!L->present) continue;
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            s.type[p] = L->part[p].type;
+            s.ne0[p] = L->part[p].ne0;
+            s.ne1[p] = L->part[p].ne1;
+            s.row_bytes[p] = quant_row_bytes(L->part[p].type, L->part[p].ne0);
+            if (!cuda_type_supported(L->part[p].type)) {
+                fprintf(stderr, "sluice: the CUDA backend has no kernels for %s (layer %d experts)\n",
+                        quant_type_name(L->part[p].type), i);
+                return -1;
+            }
+        }
+    }
+    const size_t bytes = (size_t)l->n_layer * l->n_expert * sizeof(expert_entry);
+    dev_free(c, c->d_table);
+    c->d_table = (expert_entry *)dev_alloc(c, bytes);
+    if (!c->d_table) return -1;
+    CU(cudaMemset(c->d_table, 0, bytes));
+    c->h_table.assign((size_t)l->n_layer * l->n_expert, expert_entry{});
+    return 0;
+}
+
+static void op_experts_set(backend *b, int layer, int expert, const void *g, const void *u,
+                           const void *d) {
+    cuda_backend *c = CB(b);
+    table_update t;
+    t.index = layer * c->n_expert + expert;
+    t.e.p[0] = (const uint8_t *)cuda_dev(c, g);
+    t.e.p[1] = (const uint8_t *)cuda_dev(c, u);
+    t.e.p[2] = (const uint8_t *)cuda_dev(c, d);
+    c->h_table[t.index] = t.e;
+    c->pending.push_back(t);
+}
+
+struct table_batch {
+    int n;
+    int index[32];
+    expert_entry e[32];
+};
+
+__global__ void k_table_set(expert_entry *tab, table_batch b) {
+    const int i = threadIdx.x;
+    if (i < b.n) tab[b.index[i]] = b.e[i];
+}
+
+void cuda_table_flush(cuda_backend *c) {
+    if (c->pending.empty()) return;
+    if (c->pending.size() > 256 && !c->capturing) {
+        /* a whole-table fill (resident start-up, or a big promotion): one copy */
+        CU(cudaMemcpyAsync(c->d_table, c->h_table.data(), c->h_table.size() * sizeof(expert_entry),
+                           cudaMemcpyHostToDevice, c->stream));
+        CU(cudaStreamSynchronize(c->stream)); /* the source is pageable and changes later */
+        c->pending.clear();
+        return;
+    }
+    for (size_t i = 0; i < c->pending.size(); i += 32) {
+        table_batch tb;
+        tb.n = (int)std::min<size_t>(32, c->pending.size() - i);
+        for (int j = 0; j < tb.n; j++) {
+            tb.index[j] = c->pending[i + j].index;
+            tb.e[j] = c->pending[i + j].e;
+        }
+        k_table_set<<<1, 32, 0, c->stream>>>(c->d_table, tb);
+        CU_LAUNCH();
+    }
+    c->pending.clear();
+}
+
+/* ---- graphs ----------------------------------------------------------------------------------- */
+
+static graph_slot *slot_of(cuda_backend *c, uint64_t key, bool create) {
+    for (auto &g : c->graphs)
+        if (g.key == key) return &g;
+    if (!create) return nullptr;
+    c->graphs.push_back(graph_slot{});
+    c->graphs.back().key = key;
+    c->graphs.back().exec = nullptr;
+    return &c->graphs.back();
+}
+
+static void finish_graph_run(cuda_backend *c, graph_slot *g) {
+    CU(cudaStreamSynchronize(c->stream));
+    for (auto &hc : g->host_copies) memcpy(hc.first, c->h_stage + hc.second.first, hc.second.second);
+}
+
+static bool op_graph_replay(backend *b, uint64_t key, const int32_t *tokens, int n, int pos0) {
+    cuda_backend *c = CB(b);
+    graph_slot *g = slot_of(c, key, false);
+    if (!g || !g->exec || n != c->in_n) return false;
+    cuda_table_flush(c);
+    CU(cudaStreamSynchronize(c->stream));
+    write_inputs(c, tokens, n, pos0);
+    CU(cudaGraphLaunch(g->exec, c->stream));
+    finish_graph_run(c, g);
+    cuda_act_invalidate(c);
+    return true;
+}
+
+static void op_capture_begin(backend *b, uint64_t key) {
+    cuda_backend *c = CB(b);
+    graph_slot *g = slot_of(c, key, true);
+    c->cur_graph = g;
+    if (c->no_graph || c->profile || g->failed || g->runs == 0) return; /* an eager run */
+    cuda_table_flush(c);
+    ensure_stage(c, 64ull << 20);
+    CU(cudaStreamSynchronize(c->stream));
+    cuda_act_invalidate(c);
+    c->stage_used = 0;
+    g->host_copies.clear();
+    c->capture_broken = false;
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
+    c->capturing = true;
+}
+
+/* 0: done; 1: the pass was only recorded and could not be captured: run it again eagerly;
+ * -1: failure. */
+static int op_capture_end(backend *b, bool ok) {
+    cuda_backend *c = CB(b);
+    graph_slot *g = c->cur_graph;
+    c->cur_graph = nullptr;
+    if (!c->capturing) {
+        if (g && ok) g->runs++;
+        return ok ? 0 : -1;
+    }
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    c->capturing = false;
+    for (void *p : c->deferred_free) dev_free(c, p);
+    c->deferred_free.clear();
+    if (e != cudaSuccess || !ok || c->capture_broken || !graph) {
+        cudaGetLastError();
+        if (graph) cudaGraphDestroy(graph);
+        g->failed = true;
+        return ok ? 1 : -1;
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        g->exec = nullptr;
+        g->failed = true;
+        return 1;
+    }
+    CU(cudaGraphLaunch(g->exec, c->stream));
+    finish_graph_run(c, g);
+    cuda_act_invalidate(c);
+    return 0;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+static void op_free(backend *b) {
+    cuda_backend *c = CB(b);
+    cudaStreamSynchronize(c->stream);
+    for (auto &g : c->graphs)
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+    for (auto &e : c->acts) dev_free(c, e.buf);
+    for (int i = 0; i < SCR_COUNT; i++) dev_free(c, c->scratch[i]);
+    for (void *p : c->weight_blocks) dev_free(c, p);
+    for (void *p : c->registered) cudaHostUnregister(p);
+    for (void *p : c->host_copies_pinned) cudaFreeHost(p);
+    dev_free(c, c->d_table);
+    dev_free(c, c->d_in);
+    dev_free(c, c->tables);
+    if (c->h_in) cudaFreeHost(c->h_in);
+    if (c->h_stage) cudaFreeHost(c->h_stage);
+    cudaEventDestroy(c->ev0);
+    cudaEventDestroy(c->ev1);
+    cudaStreamDestroy(c->stream);
+    c->h_table.clear();
+    delete c;
+}
+
+static backend_ops make_ops() {
+    backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.free = op_free;
+    o.embed = cuda_op_embed;
+    o.matmul = cuda_op_matmul;
+    o.rmsnorm = cuda_op_rmsnorm;
+    o.rope = cuda_op_rope;
+    o.attention = cuda_op_attention;
+    o.add = cuda_op_add;
+    o.swiglu = cuda_op_swiglu;
+    o.matmul_swiglu = cuda_op_matmul_swiglu;
+    o.l2norm = cuda_op_l2norm;
+    o.conv1d_silu = cuda_op_conv1d_silu;
+    o.gated_delta = cuda_op_gated_delta;
+    o.sigmoid_mul = cuda_op_sigmoid_mul;
+    o.gdn_gates = cuda_op_gdn_gates;
+    o.alloc = op_alloc;
+    o.mfree = op_mfree;
+    o.upload = op_upload;
+    o.download = op_download;
+    o.memzero = op_memzero;
+    o.copy_rows = cuda_op_copy_rows;
+    o.kv_store = cuda_op_kv_store;
+    o.set_inputs = op_set_inputs;
+    o.moe_route = cuda_op_moe_route;
+    o.gather_rows = nullptr; /* the expert table replaces the host loop */
+    o.scatter_rows = nullptr;
+    o.moe_combine = nullptr;
+    o.weights_map = op_weights_map;
+    o.experts_init = op_experts_init;
+    o.experts_set = op_experts_set;
+    o.moe_experts = cuda_op_moe_experts;
+    o.copy_async = op_copy_async;
+    o.sync = op_sync;
+    o.graph_replay = op_graph_replay;
+    o.capture_begin = op_capture_begin;
+    o.capture_end = op_capture_end;
+    return o;
+}
+
+static const backend_ops cuda_ops = make_ops();
+
+bool backend_cuda_probe(int device, cuda_device_info *out) {
+    memset(out, 0, sizeof *out);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= device) {
+        snprintf(out->error, sizeof out->error, "%s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "no such CUDA device");
+        cudaGetLastError();
+        return false;
+    }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+        snprintf(out->error, sizeof out->error, "cannot open CUDA device %d", device);
+        cudaGetLastError();
+        return false;
+    }
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    out->present = true;
+    snprintf(out->name, sizeof out->name, "%.127s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sm_count = p.multiProcessorCount;
+    out->mem_free = fr;
+    out->mem_total = tot;
+    out->can_map_host = p.canMapHostMemory != 0;
+    return true;
+}
+
+backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_len) {
+    cuda_device_info info;
+    if (!backend_cuda_probe(p->device, &info)) {
+        snprintf(err, err_len, "no CUDA device: %s", info.error);
+        return nullptr;
+    }
+    if (info.cc_major < 8) {
+        snprintf(err, err_len, "%s has compute capability %d.%d; the CUDA backend needs 8.0+",
+                 info.name, info.cc_major, info.cc_minor);
+        return nullptr;
+    }
+    cuda_backend *c = new cuda_backend();
+    c->base.ops = &cuda_ops;
+    c->base.n_threads = 1;
+    c->base.host_memory = false;
+    c->device = p->device;
+    c->budget = p->budget;
+    c->no_graph = p->no_graph;
+    c->profile = p->profile;
+    CU(cudaGetDeviceProperties(&c->prop, p->device));
+    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CU(cudaEventCreate(&c->ev0));
+    CU(cudaEventCreate(&c->ev1));
+    /* code books */
+    qtables h;
+    memcpy(h.kv_iq4nl, quant_kvalues_iq4nl, 16);
+    memcpy(h.kv_mxfp4, quant_kvalues_mxfp4, 16);
+    memcpy(h.ksigns, quant_ksigns_iq2xs, 128);
+    memcpy(h.iq2xxs, quant_iq2xxs_grid, sizeof h.iq2xxs);
+    memcpy(h.iq2xs, quant_iq2xs_grid, sizeof h.iq2xs);
+    memcpy(h.iq3xxs, quant_iq3xxs_grid, sizeof h.iq3xxs);
+    c->tables = (qtables *)dev_alloc(c, sizeof h);
+    if (!c->tables) {
+        snprintf(err, err_len, "out of device memory");
+        delete c;
+        return nullptr;
+    }
+    CU(cudaMemcpy(c->tables, &h, sizeof h, cudaMemcpyHostToDevice));
+    return &c->base;
+}
+
+uint64_t backend_cuda_allocated(const backend *b) {
+    return reinterpret_cast<const cuda_backend *>(b)->allocated;
+}

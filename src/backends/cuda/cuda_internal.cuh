@@ -1,0 +1,248 @@
+/* Internals of the CUDA backend shared by its translation units: the backend object, error
+ * handling, device memory helpers and the launchers each .cu file exports.
+ *
+ * Execution model: every operation is queued on ONE stream in program order, so copies into the
+ * expert cache, table updates and kernels are ordered exactly as the host issued them. The host
+ * waits only in download (and sync). A decode step can be captured as a CUDA graph: operations
+ * then only record; the graph reads every per-step value (token ids, positions) from device
+ * buffers that set_inputs fills, so replaying it is equivalent to running the step again. */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+extern "C" {
+#include "backends/backend.h"
+#include "backends/cuda/backend_cuda.h"
+}
+#include "backends/cuda/cuda_quant.cuh"
+
+/* Fatal CUDA errors: the backend has no way to report an error from most ops (they return
+ * void), and continuing after a failed launch would produce garbage; print and abort. */
+void cuda_fail(const char *what, cudaError_t e, const char *file, int line);
+#define CU(call)                                                                                 \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) cuda_fail(#call, e_, __FILE__, __LINE__);                         \
+    } while (0)
+#define CU_LAUNCH() CU(cudaPeekAtLastError())
+
+/* A host range the device reaches: an upload (dev = its device copy) or a pinned host range
+ * (dev = the device address of the host memory). */
+struct cuda_range {
+    uintptr_t host;
+    size_t bytes;
+    uintptr_t dev;
+    uintptr_t pin; /* pinned ranges: the page-locked host copy (the range itself when registered) */
+};
+
+/* Activations encoded for one weight type's dot products (see cuda_quant.cuh). */
+struct qact {
+    const int8_t *q;  /* [n][K] codes */
+    const float *d;   /* [n][K / B] scales */
+    const int *bs;    /* [n][K / 16] group sums (Q8_K) */
+    const float *f;   /* [n][K] float activations (F32 / F16 / BF16 weights) */
+    int64_t K;
+    int act;          /* QT_Q8_0, QT_Q8_K, QT_F32, QT_F16, QT_BF16 */
+};
+
+/* A cached encoding of an activation buffer (consecutive matrix products of one input reuse it). */
+struct act_cache_entry {
+    const void *src;
+    int n;
+    int64_t K;
+    int act;
+    void *buf;
+    size_t cap;
+    bool valid;
+    uint64_t age;
+};
+
+/* Per layer of the expert table: the three parts' shapes. */
+struct expert_shape {
+    bool present;
+    uint32_t type[3];
+    int64_t ne0[3], ne1[3];
+    size_t row_bytes[3];
+};
+
+/* Device expert table entry: the parts' device-reachable addresses. */
+struct expert_entry {
+    const uint8_t *p[3];
+};
+
+struct table_update {
+    int index; /* layer * n_expert + expert */
+    expert_entry e;
+};
+
+struct graph_slot {
+    uint64_t key;
+    int runs;               /* eager runs seen (capture on the second) */
+    cudaGraphExec_t exec;
+    bool failed;            /* capture impossible for this key: always eager */
+    std::vector<std::pair<void *, std::pair<size_t, size_t>>> host_copies; /* dst, (off, bytes) */
+};
+
+struct prof_entry {
+    const char *name;
+    double ms;
+    uint64_t calls;
+};
+
+struct cuda_backend {
+    backend base;
+    int device;
+    cudaStream_t stream;
+    cudaDeviceProp prop;
+    uint64_t budget;           /* bytes the backend may allocate (0: unlimited) */
+    uint64_t allocated;        /* device bytes held (weights, state, scratch, cache) */
+    qtables *tables;           /* device copy of the code books */
+    /* weights */
+    std::vector<cuda_range> uploads, pinned;
+    std::vector<void *> weight_blocks;  /* device allocations holding uploads */
+    std::vector<void *> registered;     /* host ranges pinned with cudaHostRegister */
+    std::vector<void *> host_copies_pinned; /* pinned host copies (registration fallback) */
+    /* step inputs */
+    int32_t *h_in;             /* pinned: ids [cap] then positions [cap] */
+    int32_t *d_in;
+    int in_cap, in_n;
+    /* downloads go through pinned staging */
+    uint8_t *h_stage;
+    size_t stage_cap, stage_used;
+    /* scratch */
+    act_cache_entry acts[6];
+    uint64_t act_age;
+    void *scratch[8];          /* named work buffers, see cuda_scratch */
+    size_t scratch_cap[8];
+    std::vector<void *> deferred_free; /* buffers replaced while capturing */
+    /* expert table */
+    int n_layer, n_expert;
+    std::vector<expert_shape> shapes;
+    expert_entry *d_table;
+    std::vector<expert_entry> h_table; /* host mirror */
+    std::vector<table_update> pending;
+    /* graphs */
+    std::vector<graph_slot> graphs;
+    bool capturing;
+    bool capture_broken;
+    graph_slot *cur_graph;
+    bool no_graph;
+    /* profile */
+    bool profile;
+    cudaEvent_t ev0, ev1;
+    std::vector<prof_entry> prof;
+};
+
+/* Scratch buffer ids. */
+enum {
+    SCR_ATTN = 0, /* attention split partials */
+    SCR_MOE = 1,  /* MoE intermediates */
+    SCR_GROUP = 2, /* MoE grouping lists */
+    SCR_TMP = 3,
+    SCR_COUNT = 8
+};
+
+static inline cuda_backend *CB(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
+
+/* Device scratch of at least bytes (contents undefined; valid until the next call with the
+ * same id). Grows eagerly; while capturing, the old buffer's release is deferred. */
+void *cuda_scratch(cuda_backend *c, int id, size_t bytes);
+/* Device-reachable address of a weight pointer (uploads first, then pinned ranges; other
+ * pointers are device memory already and pass through). */
+const void *cuda_dev(const cuda_backend *c, const void *p);
+/* A weight pointer of known size: as cuda_dev, and host memory outside every mapped range
+ * (buffers the model converted at load) is uploaded on first use. */
+const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes);
+/* Encoded activations of n rows of K floats at x for weight type `type` (cached). */
+qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type);
+/* Forget cached encodings (any op that writes memory calls it, unless it is known not to
+ * touch a cached source). */
+void cuda_act_invalidate(cuda_backend *c);
+void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes);
+/* Flush pending expert-table updates (one small kernel, ordered before later work). */
+void cuda_table_flush(cuda_backend *c);
+
+/* Profiling: bracket an op (no-ops unless profiling). */
+void cuda_prof_begin(cuda_backend *c);
+void cuda_prof_end(cuda_backend *c, const char *name);
+
+/* ---- cuda_matmul.cu ---- */
+bool cuda_type_supported(uint32_t type);
+int cuda_act_type(uint32_t type);
+void cuda_quantize_act(cuda_backend *c, const float *x, int n, int64_t K, int act, void *buf);
+size_t cuda_act_bytes(int n, int64_t K, int act);
+qact cuda_act_view(void *buf, int n, int64_t K, int act);
+
+/* Where a matrix product's weight rows and activation rows come from: a plain matrix, or per
+ * output group an expert of the table (MoE). */
+struct mm_src {
+    const uint8_t *w;          /* plain: the matrix */
+    size_t row_bytes;
+    const expert_entry *table; /* grouped: the layer's table row, or NULL */
+    int part;                  /* EXPERT_GATE / UP / DOWN */
+    /* grouped, decode form: slot j of [n_slots] reads expert ids[j], activation row j / act_div
+     * and writes output row j */
+    const int32_t *ids;
+    int act_div;
+};
+
+/* out[t][r] = W_r . x_t. Plain: n tokens; grouped (src.table): n slots. dual: a second source
+ * (same shape) whose product u gives out = silu(W.x) * u. */
+void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride);
+/* Grouped tiled product for prefill: tiles (expert, entries) from cuda_moe's grouping. */
+struct mm_groups {
+    const int32_t *list;       /* entries (token * k + slot) grouped by expert */
+    const int32_t *tile_exp;   /* per tile: expert */
+    const int32_t *tile_off;   /* per tile: first index into list */
+    const int32_t *tile_cnt;   /* per tile: entries (<= 64) */
+    const int32_t *n_tiles;    /* device scalar */
+    int max_tiles;
+    int act_div;               /* activation row = entry / act_div (gate/up: k; down: 1) */
+};
+void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
+                       const mm_groups *g, const qact *a, int n, float *out, int64_t ostride);
+
+void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out);
+void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
+void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x, int n,
+                           float *out);
+
+/* ---- cuda_moe.cu ---- */
+void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm,
+                       int32_t *ids, float *w);
+int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids,
+                        const float *w, int k, float *out);
+void cuda_moe_combine(cuda_backend *c, const float *slots, const float *w, int n, int k, int width,
+                      float *out);
+
+/* ---- cuda_ops.cu ---- */
+void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
+                     float *y);
+void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
+                  const int32_t *pos, float freq_base, rope_mode mode);
+void cuda_op_attention(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
+                       int n_head, int n_head_kv, int hd, int hd_v, float scale, float *out);
+void cuda_op_add(backend *b, float *x, const float *y, size_t n);
+void cuda_op_swiglu(backend *b, float *g, const float *u, size_t n);
+void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y);
+void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const float *w, int kernel,
+                         float *state, float *y);
+void cuda_op_gated_delta(backend *b, const float *q, const float *k, const float *v, const float *g,
+                         const float *beta, float *state, const gdn_params *p, float *out);
+void cuda_op_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
+void cuda_op_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
+                       int n, int n_head);
+void cuda_op_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src,
+                       size_t src_stride, int n_rows, int width);
+void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const float *v, int n,
+                      const int32_t *pos, size_t row_k, size_t row_v);
+void cuda_swiglu_rows(cuda_backend *c, const float *g, const float *u, size_t n, float *out);
+
+/* grid helper */
+static inline unsigned cdiv(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }

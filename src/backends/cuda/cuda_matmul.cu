@@ -1,0 +1,856 @@
+/* CUDA backend: matrix products over quantized weights, activation encoding, embedding rows.
+ *
+ * Two kernel families, chosen by the number of activation rows a product has (never by where
+ * the weights live, so resident and streamed runs pick the same kernels):
+ *   matvec (n <= 8): a warp per output row; lanes take 32-value chunks of the blocks (8 lanes
+ *     per 256-value block), decode them to int8 words and dp4a them with the activations; the
+ *     block's integer sums are reduced across its lanes exactly, its float term added by one
+ *     lane, and the lanes' float sums folded in a fixed butterfly. A grouped form reads the
+ *     weights of slot j from the expert table (MoE decode).
+ *   tiled (n > 8): 64 rows x 64 activation rows per block of 4 warps; per 256 values the
+ *     weights are decoded to int8 in shared memory and multiplied with int8 tensor-core MMAs
+ *     (m16n8k16: one 16-value group per MMA, so every group's exact integer sum is scaled by
+ *     its integer scale); float terms per block as in the reference. A grouped form takes its
+ *     tiles (expert, entries) from cuda_moe's grouping (MoE prefill).
+ * F32/F16/BF16 weights use float forms of both (products of the rounded activations).
+ * Every output element is computed by one thread in a fixed order: results do not depend on
+ * the grid, on n within a family, or on which other rows share a tile. */
+#include <cstring>
+
+#include "backends/cuda/cuda_internal.cuh"
+
+extern "C" {
+#include "formats/quant.h"
+}
+
+bool cuda_type_supported(uint32_t type) {
+    switch (type) {
+    case QT_F32: case QT_F16: case QT_BF16: case QT_Q4_0: case QT_Q5_0: case QT_Q8_0:
+    case QT_IQ4_NL: case QT_MXFP4: case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K:
+    case QT_Q6_K: case QT_IQ2_XXS: case QT_IQ2_XS: case QT_IQ3_XXS: case QT_IQ4_XS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+int cuda_act_type(uint32_t type) {
+    switch (type) {
+    case QT_F32: return QT_F32;
+    case QT_F16: return QT_F16;
+    case QT_BF16: return QT_BF16;
+    case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: case QT_IQ4_NL: case QT_MXFP4: return QT_Q8_0;
+    default: return QT_Q8_K;
+    }
+}
+
+static bool is_float_type(uint32_t t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
+
+/* ---- activation encodings --------------------------------------------------------------------- */
+
+static size_t al256(size_t x) { return (x + 255) / 256 * 256; }
+
+size_t cuda_act_bytes(int n, int64_t K, int act) {
+    const size_t N = (size_t)n, k = (size_t)K;
+    if (act == QT_Q8_K) return al256(N * k) + al256(N * (k / 256) * 4) + al256(N * (k / 16) * 4);
+    if (act == QT_Q8_0) return al256(N * k) + al256(N * (k / 32) * 4);
+    return al256(N * k * 4);
+}
+
+qact cuda_act_view(void *buf, int n, int64_t K, int act) {
+    qact a;
+    memset(&a, 0, sizeof a);
+    a.K = K;
+    a.act = act;
+    uint8_t *p = (uint8_t *)buf;
+    const size_t N = (size_t)n, k = (size_t)K;
+    if (act == QT_Q8_K) {
+        a.q = (const int8_t *)p;
+        a.d = (const float *)(p + al256(N * k));
+        a.bs = (const int *)(p + al256(N * k) + al256(N * (k / 256) * 4));
+    } else if (act == QT_Q8_0) {
+        a.q = (const int8_t *)p;
+        a.d = (const float *)(p + al256(N * k));
+    } else {
+        a.f = (const float *)p;
+    }
+    return a;
+}
+
+/* Q8_K, one warp per 256 values (ggml's reference rule: the value of largest magnitude, the
+ * first on ties, maps to -127; round half to even; clamp at 127; d = 1 / iscale). */
+__global__ void k_quant_q8k(const float *x, int64_t nblk, int8_t *q, float *d, int *bs) {
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (wid >= nblk) return;
+    const float *src = x + wid * 256 + lane * 8;
+    float v[8];
+    const float4 u0 = *reinterpret_cast<const float4 *>(src), u1 = *reinterpret_cast<const float4 *>(src + 4);
+    v[0] = u0.x; v[1] = u0.y; v[2] = u0.z; v[3] = u0.w;
+    v[4] = u1.x; v[5] = u1.y; v[6] = u1.z; v[7] = u1.w;
+    float am = -1.0f, mx = 0.0f;
+    int ai = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (fabsf(v[j]) > am) {
+            am = fabsf(v[j]);
+            ai = lane * 8 + j;
+            mx = v[j];
+        }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+        const float oam = __shfl_xor_sync(0xffffffffu, am, off);
+        const int oai = __shfl_xor_sync(0xffffffffu, ai, off);
+        const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
+        if (oam > am || (oam == am && oai < ai)) {
+            am = oam;
+            ai = oai;
+            mx = omx;
+        }
+    }
+    int8_t *qo = q + wid * 256 + lane * 8;
+    int s = 0;
+    if (am == 0.0f) {
+        *reinterpret_cast<uint2 *>(qo) = make_uint2(0, 0);
+    } else {
+        const float iscale = __fdiv_rn(-127.0f, mx);
+        uint32_t w0 = 0, w1 = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int qv = __float2int_rn(__fmul_rn(iscale, v[j]));
+            qv = qv > 127 ? 127 : qv;
+            s += qv;
+            if (j < 4) w0 |= (uint32_t)(qv & 0xff) << (8 * j);
+            else w1 |= (uint32_t)(qv & 0xff) << (8 * (j - 4));
+        }
+        *reinterpret_cast<uint2 *>(qo) = make_uint2(w0, w1);
+        if (lane == 0) d[wid] = __fdiv_rn(1.0f, iscale);
+    }
+    if (am == 0.0f && lane == 0) d[wid] = 0.0f;
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1) == 0) bs[wid * 16 + lane / 2] = s;
+}
+
+/* Q8_0, one warp per 32 values (d = amax / 127 stored as f16, q = round half away of x / d). */
+__global__ void k_quant_q80(const float *x, int64_t nblk, int8_t *q, float *d) {
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (wid >= nblk) return;
+    const float v = x[wid * 32 + lane];
+    float am = fabsf(v);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, off));
+    const float dd = __fdiv_rn(am, 127.0f);
+    const float id = dd != 0.0f ? __fdiv_rn(1.0f, dd) : 0.0f;
+    q[wid * 32 + lane] = (int8_t)roundf(__fmul_rn(v, id));
+    if (lane == 0) d[wid] = __half2float(__float2half_rn(dd));
+}
+
+template <int ACT> __global__ void k_round_act(const float *x, int64_t n, float *f) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if constexpr (ACT == QT_F16) f[i] = __half2float(__float2half_rn(x[i]));
+    else f[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+void cuda_quantize_act(cuda_backend *c, const float *x, int n, int64_t K, int act, void *buf) {
+    qact a = cuda_act_view(buf, n, K, act);
+    const int64_t total = (int64_t)n * K;
+    if (act == QT_Q8_K) {
+        const int64_t nb = total / 256;
+        k_quant_q8k<<<cdiv(nb * 32, 256), 256, 0, c->stream>>>(x, nb, (int8_t *)a.q, (float *)a.d,
+                                                              (int *)a.bs);
+    } else if (act == QT_Q8_0) {
+        const int64_t nb = total / 32;
+        k_quant_q80<<<cdiv(nb * 32, 256), 256, 0, c->stream>>>(x, nb, (int8_t *)a.q, (float *)a.d);
+    } else if (act == QT_F16) {
+        k_round_act<QT_F16><<<cdiv(total, 256), 256, 0, c->stream>>>(x, total, (float *)a.f);
+    } else if (act == QT_BF16) {
+        k_round_act<QT_BF16><<<cdiv(total, 256), 256, 0, c->stream>>>(x, total, (float *)a.f);
+    } else {
+        CU(cudaMemcpyAsync((void *)a.f, x, (size_t)total * 4, cudaMemcpyDeviceToDevice, c->stream));
+    }
+    CU_LAUNCH();
+}
+
+/* ---- matvec ------------------------------------------------------------------------------------ */
+
+struct mv_args {
+    mm_src s, s2;
+    qact a;
+    int64_t K, rows;
+    int n;
+    float *out;
+    int64_t ostride;
+    const qtables *tb;
+};
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+__device__ __forceinline__ int dot8(const uint32_t q[8], uint4 a0, uint4 a1, int sc0, int sc1) {
+    int p0 = __dp4a((int)q[0], (int)a0.x, 0);
+    p0 = __dp4a((int)q[1], (int)a0.y, p0);
+    p0 = __dp4a((int)q[2], (int)a0.z, p0);
+    p0 = __dp4a((int)q[3], (int)a0.w, p0);
+    int p1 = __dp4a((int)q[4], (int)a1.x, 0);
+    p1 = __dp4a((int)q[5], (int)a1.y, p1);
+    p1 = __dp4a((int)q[6], (int)a1.z, p1);
+    p1 = __dp4a((int)q[7], (int)a1.w, p1);
+    return sc0 * p0 + sc1 * p1;
+}
+
+/* The weight row of output `row` for output group j (plain: the matrix; grouped: slot j's expert). */
+__device__ __forceinline__ const uint8_t *row_ptr(const mm_src &s, int j, int64_t row) {
+    const uint8_t *base = s.table ? s.table[s.ids[j]].p[s.part] : s.w;
+    return base + (size_t)row * s.row_bytes;
+}
+
+template <int T, int NT, bool DUAL>
+__global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
+    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = 32 / LPB;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + warp;
+    if (row >= A.rows) return;
+    const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
+    const uint8_t *w = row_ptr(A.s, j0, row);
+    const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
+    const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
+    const int nt = A.n - j0 < NT ? A.n - j0 : NT;
+    const int sub = lane % LPB, bl = lane / LPB;
+    const int nblk = (int)(A.K / B);
+    float acc[NT], acc2[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
+    const int iters = (nblk + BPI - 1) / BPI;
+    for (int it = 0; it < iters; it++) {
+        const int blk = it * BPI + bl;
+        const bool valid = blk < nblk;
+        int is[NT], ms[NT], is2[NT], ms2[NT];
+        float fw = 0, fm = 0, fw2 = 0, fm2 = 0;
+#pragma unroll
+        for (int t = 0; t < NT; t++) is[t] = ms[t] = is2[t] = ms2[t] = 0;
+        if (valid) {
+            const uint8_t *bp = w + (size_t)blk * BYTES;
+            uint32_t q[8], q2[8];
+            int sc[2], mn[2], sc2[2], mn2[2];
+            dchunk<T>(bp, sub, A.tb, q, sc, mn);
+            dfloats<T>(bp, fw, fm);
+            if (DUAL) {
+                const uint8_t *bp2 = w2 + (size_t)blk * BYTES;
+                dchunk<T>(bp2, sub, A.tb, q2, sc2, mn2);
+                dfloats<T>(bp2, fw2, fm2);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const size_t ar = (size_t)(arow0 + t);
+                    const uint4 *ap = reinterpret_cast<const uint4 *>(A.a.q + ar * A.K + (size_t)blk * B + sub * 32);
+                    const uint4 a0 = ap[0], a1 = ap[1];
+                    is[t] = dot8(q, a0, a1, sc[0], sc[1]);
+                    if (DUAL) is2[t] = dot8(q2, a0, a1, sc2[0], sc2[1]);
+                    if (qtraits<T>::MIN) {
+                        const int *bsp = A.a.bs + ar * (A.K / 16) + (size_t)blk * 16 + 2 * sub;
+                        ms[t] = mn[0] * bsp[0] + mn[1] * bsp[1];
+                        if (DUAL) ms2[t] = mn2[0] * bsp[0] + mn2[1] * bsp[1];
+                    }
+                }
+            }
+        }
+        if (LPB > 1) {
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int off = 1; off < LPB; off <<= 1) {
+                    is[t] += __shfl_xor_sync(0xffffffffu, is[t], off);
+                    if (qtraits<T>::MIN) ms[t] += __shfl_xor_sync(0xffffffffu, ms[t], off);
+                    if (DUAL) {
+                        is2[t] += __shfl_xor_sync(0xffffffffu, is2[t], off);
+                        if (qtraits<T>::MIN) ms2[t] += __shfl_xor_sync(0xffffffffu, ms2[t], off);
+                    }
+                }
+        }
+        if (valid && sub == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < nt) {
+                    const float da = A.a.d[(size_t)(arow0 + t) * nblk + blk];
+                    acc[t] = __fadd_rn(acc[t], block_term<T>(fw, fm, da, is[t], ms[t]));
+                    if (DUAL) acc2[t] = __fadd_rn(acc2[t], block_term<T>(fw2, fm2, da, is2[t], ms2[t]));
+                }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
+            if (DUAL) acc2[t] = __fadd_rn(acc2[t], __shfl_xor_sync(0xffffffffu, acc2[t], off));
+        }
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt) A.out[(size_t)(j0 + t) * A.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+}
+
+template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_t i) {
+    if constexpr (WT == QT_F32) return reinterpret_cast<const float *>(r)[i];
+    else if constexpr (WT == QT_F16) return __half2float(reinterpret_cast<const __half *>(r)[i]);
+    else return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(r)[i]);
+}
+
+/* Float weights: lane l sums elements l, l + 32, ... (products of the rounded activations),
+ * then the butterfly. */
+template <int WT, int NT, bool DUAL>
+__global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + warp;
+    if (row >= A.rows) return;
+    const int j0 = blockIdx.y * NT;
+    const uint8_t *w = row_ptr(A.s, j0, row);
+    const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
+    const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
+    const int nt = A.n - j0 < NT ? A.n - j0 : NT;
+    float acc[NT], acc2[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
+    for (int64_t i = lane; i < A.K; i += 32) {
+        const float wv = wval<WT>(w, i), wv2 = DUAL ? wval<WT>(w2, i) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt) {
+                const float a = A.a.f[(size_t)(arow0 + t) * A.K + i];
+                acc[t] = __fadd_rn(acc[t], __fmul_rn(wv, a));
+                if (DUAL) acc2[t] = __fadd_rn(acc2[t], __fmul_rn(wv2, a));
+            }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
+            if (DUAL) acc2[t] = __fadd_rn(acc2[t], __shfl_xor_sync(0xffffffffu, acc2[t], off));
+        }
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt) A.out[(size_t)(j0 + t) * A.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+}
+
+template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_args &a, int nt) {
+    dim3 grid(cdiv((size_t)a.rows, 4), cdiv((size_t)a.n, (size_t)nt));
+    kern<<<grid, 128, 0, c->stream>>>(a);
+    CU_LAUNCH();
+}
+
+template <int T> static void mv_q(cuda_backend *c, const mv_args &a, bool dual) {
+    const bool grouped = a.s.table != nullptr;
+    if (grouped || a.n == 1) {
+        if (dual) launch_mv(k_mv_q<T, 1, true>, c, a, 1);
+        else launch_mv(k_mv_q<T, 1, false>, c, a, 1);
+    } else {
+        if (dual) launch_mv(k_mv_q<T, 8, true>, c, a, 8);
+        else launch_mv(k_mv_q<T, 8, false>, c, a, 8);
+    }
+}
+
+template <int WT> static void mv_f(cuda_backend *c, const mv_args &a, bool dual) {
+    const bool grouped = a.s.table != nullptr;
+    if (grouped || a.n == 1) {
+        if (dual) launch_mv(k_mv_f<WT, 1, true>, c, a, 1);
+        else launch_mv(k_mv_f<WT, 1, false>, c, a, 1);
+    } else {
+        if (dual) launch_mv(k_mv_f<WT, 8, true>, c, a, 8);
+        else launch_mv(k_mv_f<WT, 8, false>, c, a, 8);
+    }
+}
+
+void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride) {
+    mv_args A;
+    A.s = *s;
+    A.s2 = s2 ? *s2 : *s;
+    A.a = *a;
+    A.K = K;
+    A.rows = rows;
+    A.n = n;
+    A.out = out;
+    A.ostride = ostride;
+    A.tb = c->tables;
+    const bool dual = s2 != nullptr;
+    switch (type) {
+#define MV_CASE(T)                                                                               \
+    case T: mv_q<T>(c, A, dual); break;
+        CUDA_QTYPES(MV_CASE)
+#undef MV_CASE
+    case QT_F32: mv_f<QT_F32>(c, A, dual); break;
+    case QT_F16: mv_f<QT_F16>(c, A, dual); break;
+    case QT_BF16: mv_f<QT_BF16>(c, A, dual); break;
+    default:
+        fprintf(stderr, "sluice: CUDA matvec: unsupported type %u\n", type);
+        abort();
+    }
+}
+
+/* ---- tiled products ---------------------------------------------------------------------------- */
+
+#define TS 272 /* shared row stride in bytes: 256 values + 16 (conflict-free fragment loads) */
+
+struct tile_args {
+    mm_src s;
+    mm_groups g;
+    bool grouped;
+    qact a;
+    int64_t K, rows;
+    int n;
+    float *out;
+    int64_t ostride;
+    const qtables *tb;
+};
+
+__device__ __forceinline__ void mma_s8_16816(int c[4], int a0, int a1, int b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+/* Fills Arow (activation row per tile column, -1: none) and Orow (output row); returns the
+ * weight base, or nullptr when the block has no tile. */
+__device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Arow, int *Orow) {
+    const int tid = threadIdx.x;
+    if (A.grouped) {
+        const int tile = blockIdx.y;
+        if (tile >= *A.g.n_tiles) return nullptr;
+        const int e = A.g.tile_exp[tile], off = A.g.tile_off[tile], cnt = A.g.tile_cnt[tile];
+        if (tid < 64) {
+            if (tid < cnt) {
+                const int ent = A.g.list[off + tid];
+                Arow[tid] = ent / A.g.act_div;
+                Orow[tid] = ent;
+            } else {
+                Arow[tid] = Orow[tid] = -1;
+            }
+        }
+        return A.s.table[e].p[A.s.part];
+    }
+    const int t0 = blockIdx.y * 64;
+    if (tid < 64) Arow[tid] = Orow[tid] = t0 + tid < A.n ? t0 + tid : -1;
+    return A.s.w;
+}
+
+template <int T> struct tile_smem {
+    static constexpr int WQ = 0, AQ = 64 * TS, WSC = AQ + 64 * TS, WMN = WSC + 64 * 17 * 4,
+                         WF = WMN + 64 * 17 * 4, WFM = WF + 64 * 9 * 4, AD = WFM + 64 * 4,
+                         ABS = AD + 64 * 9 * 4, AROW = ABS + 64 * 17 * 4, OROW = AROW + 64 * 4,
+                         BYTES = OROW + 64 * 4;
+};
+
+template <int T>
+__global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
+    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
+    constexpr bool MIN = qtraits<T>::MIN;
+    using L = tile_smem<T>;
+    extern __shared__ __align__(16) uint8_t sm[];
+    int8_t *Wq = (int8_t *)(sm + L::WQ), *Aq = (int8_t *)(sm + L::AQ);
+    int *Wsc = (int *)(sm + L::WSC), *Wmn = (int *)(sm + L::WMN);
+    float *Wf = (float *)(sm + L::WF), *Wfm = (float *)(sm + L::WFM), *Ad = (float *)(sm + L::AD);
+    int *Abs = (int *)(sm + L::ABS), *Arow = (int *)(sm + L::AROW), *Orow = (int *)(sm + L::OROW);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+    const uint8_t *wbase = tile_setup(A, Arow, Orow);
+    if (!wbase) return;
+    const int64_t row0 = (int64_t)blockIdx.x * 64;
+    const int wm = warp >> 1, wn = warp & 1;
+    const size_t rb = A.s.row_bytes;
+    const int64_t K = A.K;
+    float accf[2][4][4];
+    int acci[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) accf[i][j][e] = 0.0f;
+    __syncthreads();
+    const int nsteps = (int)(K / 256);
+    for (int ks = 0; ks < nsteps; ks++) {
+        /* weights: 64 rows x 8 chunks */
+        for (int i = tid; i < 512; i += 128) {
+            const int r = i >> 3, cc = i & 7;
+            const int64_t grow = row0 + r;
+            uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int sc[2] = {0, 0}, mn[2] = {0, 0};
+            float fw = 0.0f, fm = 0.0f;
+            if (grow < A.rows) {
+                const uint8_t *rp = wbase + (size_t)grow * rb;
+                if (B == 256) {
+                    const uint8_t *bp = rp + (size_t)ks * BYTES;
+                    dchunk<T>(bp, cc, A.tb, q, sc, mn);
+                    dfloats<T>(bp, fw, fm);
+                } else {
+                    const uint8_t *bp = rp + (size_t)(ks * 8 + cc) * BYTES;
+                    dchunk<T>(bp, 0, A.tb, q, sc, mn);
+                    dfloats<T>(bp, fw, fm);
+                }
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(Wq + r * TS + cc * 32);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            Wsc[r * 17 + 2 * cc] = sc[0];
+            Wsc[r * 17 + 2 * cc + 1] = sc[1];
+            if (MIN) {
+                Wmn[r * 17 + 2 * cc] = mn[0];
+                Wmn[r * 17 + 2 * cc + 1] = mn[1];
+            }
+            if (B == 32) {
+                Wf[r * 9 + cc] = fw;
+            } else if (cc == 0) {
+                Wf[r * 9] = fw;
+                Wfm[r] = fm;
+            }
+        }
+        /* activations: 64 rows x 256 codes, their scales and group sums */
+        for (int i = tid; i < 64 * 16; i += 128) {
+            const int r = i >> 4, v = i & 15, ar = Arow[r];
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (ar >= 0) val = reinterpret_cast<const uint4 *>(A.a.q + (size_t)ar * K + (size_t)ks * 256)[v];
+            reinterpret_cast<uint4 *>(Aq + r * TS)[v] = val;
+        }
+        for (int i = tid; i < 64 * 8; i += 128) {
+            const int r = i >> 3, b = i & 7, ar = Arow[r];
+            if (B == 32) Ad[r * 9 + b] = ar >= 0 ? A.a.d[(size_t)ar * (K / 32) + ks * 8 + b] : 0.0f;
+            else if (b == 0) Ad[r * 9] = ar >= 0 ? A.a.d[(size_t)ar * (K / 256) + ks] : 0.0f;
+        }
+        if (MIN)
+            for (int i = tid; i < 64 * 16; i += 128) {
+                const int r = i >> 4, g = i & 15, ar = Arow[r];
+                Abs[r * 17 + g] = ar >= 0 ? A.a.bs[(size_t)ar * (K / 16) + (size_t)ks * 16 + g] : 0;
+            }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acci[i][j][e] = 0;
+#pragma unroll 4
+        for (int g = 0; g < 16; g++) {
+            int a0[2], a1[2], s0[2], s1[2], bq[4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wm * 32 + mt * 16 + gid;
+                a0[mt] = *reinterpret_cast<const int *>(Wq + r * TS + g * 16 + tig * 4);
+                a1[mt] = *reinterpret_cast<const int *>(Wq + (r + 8) * TS + g * 16 + tig * 4);
+                s0[mt] = Wsc[r * 17 + g];
+                s1[mt] = Wsc[(r + 8) * 17 + g];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+                bq[nt] = *reinterpret_cast<const int *>(Aq + (wn * 32 + nt * 8 + gid) * TS + g * 16 + tig * 4);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    int c4[4];
+                    mma_s8_16816(c4, a0[mt], a1[mt], bq[nt]);
+                    acci[mt][nt][0] += s0[mt] * c4[0];
+                    acci[mt][nt][1] += s0[mt] * c4[1];
+                    acci[mt][nt][2] += s1[mt] * c4[2];
+                    acci[mt][nt][3] += s1[mt] * c4[3];
+                }
+            if (B == 32 && (g & 1)) { /* a 32-value block ends: its float term */
+                const int b = g >> 1;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
+                            const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
+                            accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
+                                                        block_term<T>(Wf[r * 9 + b], 0.0f, Ad[col * 9 + b],
+                                                                      acci[mt][nt][e], 0));
+                            acci[mt][nt][e] = 0;
+                        }
+            }
+        }
+        if (B == 256) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
+                        const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
+                        int ms = 0;
+                        if (MIN)
+#pragma unroll
+                            for (int g = 0; g < 16; g++) ms += Wmn[r * 17 + g] * Abs[col * 17 + g];
+                        accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
+                                                    block_term<T>(Wf[r * 9], Wfm[r], Ad[col * 9],
+                                                                  acci[mt][nt][e], ms));
+                    }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
+                const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
+                const int64_t grow = row0 + r;
+                const int orow = Orow[col];
+                if (grow < A.rows && orow >= 0) A.out[(size_t)orow * A.ostride + grow] = accf[mt][nt][e];
+            }
+}
+
+/* Float weights, tiled on the CUDA cores: 64 x 64 outputs per block of 256 threads (4 x 4
+ * each), 32 values of K per step, each output a sequential fused sum over K. */
+template <int WT>
+__global__ void __launch_bounds__(256) k_mm_f(tile_args A) {
+    __shared__ float Ws[64][33], As[64][33];
+    __shared__ int Arow[64], Orow[64];
+    const uint8_t *wbase = tile_setup(A, Arow, Orow);
+    if (!wbase) return;
+    const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    const int64_t row0 = (int64_t)blockIdx.x * 64;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    __syncthreads();
+    for (int64_t k0 = 0; k0 < A.K; k0 += 32) {
+        for (int i = tid; i < 64 * 32; i += 256) {
+            const int r = i >> 5, kk = i & 31;
+            const int64_t grow = row0 + r, k = k0 + kk;
+            Ws[r][kk] = grow < A.rows && k < A.K ? wval<WT>(wbase + (size_t)grow * A.s.row_bytes, k) : 0.0f;
+            const int ar = Arow[r];
+            As[r][kk] = ar >= 0 && k < A.K ? A.a.f[(size_t)ar * A.K + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < 32; kk++) {
+            float wv[4], av[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) wv[i] = Ws[tr + 16 * i][kk];
+#pragma unroll
+            for (int j = 0; j < 4; j++) av[j] = As[tc + 16 * j][kk];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = __fmaf_rn(wv[i], av[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t grow = row0 + tr + 16 * i;
+            const int orow = Orow[tc + 16 * j];
+            if (grow < A.rows && orow >= 0) A.out[(size_t)orow * A.ostride + grow] = acc[i][j];
+        }
+}
+
+template <int T> static void mm_q(cuda_backend *c, const tile_args &a, unsigned gy) {
+    static bool attr = false;
+    if (!attr) {
+        CU(cudaFuncSetAttribute(k_mm_q<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tile_smem<T>::BYTES));
+        attr = true;
+    }
+    dim3 grid(cdiv((size_t)a.rows, 64), gy);
+    k_mm_q<T><<<grid, 128, tile_smem<T>::BYTES, c->stream>>>(a);
+    CU_LAUNCH();
+}
+
+template <int WT> static void mm_f(cuda_backend *c, const tile_args &a, unsigned gy) {
+    dim3 grid(cdiv((size_t)a.rows, 64), gy);
+    k_mm_f<WT><<<grid, 256, 0, c->stream>>>(a);
+    CU_LAUNCH();
+}
+
+void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
+                       const mm_groups *g, const qact *a, int n, float *out, int64_t ostride) {
+    tile_args A;
+    memset(&A, 0, sizeof A);
+    A.s = *s;
+    if (g) A.g = *g;
+    A.grouped = g != nullptr;
+    A.a = *a;
+    A.K = K;
+    A.rows = rows;
+    A.n = n;
+    A.out = out;
+    A.ostride = ostride;
+    A.tb = c->tables;
+    const unsigned gy = g ? (unsigned)g->max_tiles : cdiv((size_t)n, 64);
+    if (gy == 0) return;
+    switch (type) {
+#define MM_CASE(T)                                                                               \
+    case T: mm_q<T>(c, A, gy); break;
+        CUDA_QTYPES(MM_CASE)
+#undef MM_CASE
+    case QT_F32: mm_f<QT_F32>(c, A, gy); break;
+    case QT_F16: mm_f<QT_F16>(c, A, gy); break;
+    case QT_BF16: mm_f<QT_BF16>(c, A, gy); break;
+    default:
+        fprintf(stderr, "sluice: CUDA tiled matmul: unsupported type %u\n", type);
+        abort();
+    }
+}
+
+/* Tiled when there are enough rows to share a tile and the quantized path's 256-value steps
+ * fit the row length. */
+static bool use_tiled(uint32_t type, int64_t K, int n) {
+    if (n <= 8) return false;
+    return is_float_type(type) || K % 256 == 0;
+}
+
+/* ---- ops --------------------------------------------------------------------------------------- */
+
+static void check_type(const tview *w) {
+    if (!cuda_type_supported(w->type)) {
+        fprintf(stderr, "sluice: the CUDA backend has no kernels for %s ('%s')\n",
+                quant_type_name(w->type), w->name ? w->name : "?");
+        abort();
+    }
+}
+
+void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride) {
+    cuda_backend *c = CB(b);
+    check_type(w);
+    cuda_prof_begin(c);
+    const int64_t K = w->ne[0], rows = w->ne[1];
+    mm_src s;
+    memset(&s, 0, sizeof s);
+    s.w = (const uint8_t *)cuda_weight(c, w->data, w->row_bytes * (size_t)rows);
+    s.row_bytes = w->row_bytes;
+    s.act_div = 1;
+    qact a = cuda_act(c, x, n, K, w->type);
+    if (a.act == QT_F32) a.f = x;
+    if (use_tiled(w->type, K, n)) cuda_matmul_tiled(c, w->type, K, rows, &s, nullptr, &a, n, out, out_stride);
+    else cuda_matvec(c, w->type, K, rows, &s, nullptr, &a, n, out, out_stride);
+    cuda_act_invalidate_range(c, out, (size_t)n * out_stride * sizeof(float));
+    cuda_prof_end(c, n == 1 ? "matmul (1 row)" : n <= 8 ? "matmul (<= 8 rows)" : "matmul (tiled)");
+}
+
+void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x, int n,
+                           float *out) {
+    cuda_backend *c = CB(b);
+    check_type(gate);
+    check_type(up);
+    const int64_t K = gate->ne[0], rows = gate->ne[1];
+    const bool same = gate->type == up->type && gate->row_bytes == up->row_bytes;
+    if (same && !use_tiled(gate->type, K, n)) {
+        cuda_prof_begin(c);
+        mm_src s, s2;
+        memset(&s, 0, sizeof s);
+        s.w = (const uint8_t *)cuda_weight(c, gate->data, gate->row_bytes * (size_t)rows);
+        s.row_bytes = gate->row_bytes;
+        s.act_div = 1;
+        s2 = s;
+        s2.w = (const uint8_t *)cuda_weight(c, up->data, up->row_bytes * (size_t)rows);
+        qact a = cuda_act(c, x, n, K, gate->type);
+        if (a.act == QT_F32) a.f = x;
+        cuda_matvec(c, gate->type, K, rows, &s, &s2, &a, n, out, rows);
+        cuda_act_invalidate_range(c, out, (size_t)n * rows * sizeof(float));
+        cuda_prof_end(c, "matmul_swiglu (fused)");
+        return;
+    }
+    /* the two products into scratch, then out = silu(g) * u (the same values) */
+    float *gbuf = (float *)cuda_scratch(c, SCR_TMP, 2 * (size_t)n * rows * sizeof(float));
+    float *ubuf = gbuf + (size_t)n * rows;
+    cuda_op_matmul(b, gate, x, n, gbuf, (int)rows);
+    cuda_op_matmul(b, up, x, n, ubuf, (int)rows);
+    cuda_prof_begin(c);
+    cuda_swiglu_rows(c, gbuf, ubuf, (size_t)n * rows, out);
+    cuda_act_invalidate_range(c, out, (size_t)n * rows * sizeof(float));
+    cuda_prof_end(c, "swiglu");
+}
+
+/* ---- embedding rows ---------------------------------------------------------------------------- */
+
+template <int T>
+__global__ void k_embed_q(const uint8_t *w, size_t row_bytes, const int32_t *ids, int64_t E,
+                          float *out, const qtables *tb) {
+    const int t = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= E) return;
+    out[(size_t)t * E + i] = dequant_value<T>(w + (size_t)ids[t] * row_bytes, i, tb);
+}
+
+template <int WT>
+__global__ void k_embed_f(const uint8_t *w, size_t row_bytes, const int32_t *ids, int64_t E, float *out) {
+    const int t = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= E) return;
+    out[(size_t)t * E + i] = wval<WT>(w + (size_t)ids[t] * row_bytes, i);
+}
+
+static void embed_launch(cuda_backend *c, uint32_t type, const uint8_t *w, size_t rb,
+                         const int32_t *ids, int n, int64_t E, float *out) {
+    dim3 grid(cdiv((size_t)E, 256), n);
+    switch (type) {
+#define EM_CASE(T)                                                                               \
+    case T: k_embed_q<T><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out, c->tables); break;
+        CUDA_QTYPES(EM_CASE)
+#undef EM_CASE
+    case QT_F32: k_embed_f<QT_F32><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
+    case QT_F16: k_embed_f<QT_F16><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
+    case QT_BF16: k_embed_f<QT_BF16><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
+    default: abort();
+    }
+    CU_LAUNCH();
+}
+
+void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out) {
+    cuda_backend *c = CB(b);
+    check_type(w);
+    cuda_prof_begin(c);
+    embed_launch(c, w->type, (const uint8_t *)cuda_weight(c, w->data, w->row_bytes * (size_t)w->ne[1]),
+                 w->row_bytes, ids, n, w->ne[0], out);
+    cuda_act_invalidate_range(c, out, (size_t)n * w->ne[0] * sizeof(float));
+    cuda_prof_end(c, "embed");
+}
+
+/* ---- self-test hook ----------------------------------------------------------------------------- */
+
+int backend_cuda_selftest_row(backend *b, uint32_t type, const void *row, int64_t K, const float *x,
+                              float *deq, float *dot) {
+    cuda_backend *c = CB(b);
+    if (!cuda_type_supported(type)) return -1;
+    const size_t rb = quant_row_bytes(type, K);
+    uint8_t *buf = (uint8_t *)cuda_scratch(c, SCR_TMP, al256(rb) + 3 * al256((size_t)K * 4) + 1024);
+    uint8_t *dw = buf;
+    float *dx = (float *)(buf + al256(rb)), *dd = dx + al256((size_t)K * 4) / 4;
+    float *dout = dd + al256((size_t)K * 4) / 4;
+    int32_t *did = (int32_t *)(dout + 64);
+    const int32_t zero = 0;
+    CU(cudaMemcpyAsync(dw, row, rb, cudaMemcpyHostToDevice, c->stream));
+    CU(cudaMemcpyAsync(dx, x, (size_t)K * 4, cudaMemcpyHostToDevice, c->stream));
+    CU(cudaMemcpyAsync(did, &zero, 4, cudaMemcpyHostToDevice, c->stream));
+    cuda_act_invalidate(c);
+    embed_launch(c, type, dw, rb, did, 1, K, dd);
+    mm_src s;
+    memset(&s, 0, sizeof s);
+    s.w = dw;
+    s.row_bytes = rb;
+    s.act_div = 1;
+    qact a = cuda_act(c, dx, 1, K, type);
+    if (a.act == QT_F32) a.f = dx;
+    cuda_matvec(c, type, K, 1, &s, nullptr, &a, 1, dout, 1);
+    CU(cudaMemcpyAsync(deq, dd, (size_t)K * 4, cudaMemcpyDeviceToHost, c->stream));
+    CU(cudaMemcpyAsync(dot, dout, 4, cudaMemcpyDeviceToHost, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    cuda_act_invalidate(c);
+    return 0;
+}

@@ -1,0 +1,269 @@
+/* CUDA backend: the router (softmax, top-k, renormalization) and the routed experts through the
+ * device expert table.
+ *
+ * moe_experts for layer il, n tokens, k slots each:
+ *   decode (n <= 8): grouped matvecs, one output group per slot (token t, slot s) reading the
+ *     weights of expert ids[t][s] from the table: gate and up fused with SwiGLU into h, then
+ *     down into y[t][s];
+ *   prefill: the slots are grouped by expert on the device (counts, offsets, tiles of <= 64),
+ *     then grouped tiled products (int8 tensor cores), each tile one expert's weights;
+ *   then out[t] = sum_s w[t][s] * y[t][s] in slot order (the CPU's combine).
+ * The kernels read whatever the table points at (VRAM copy, VRAM cache slot, pinned host
+ * memory): the same bytes, the same bits. Nothing here needs the host, so a decode step with
+ * this op is capturable as a graph. */
+#include <cstring>
+
+#include "backends/cuda/cuda_internal.cuh"
+
+/* ---- router ------------------------------------------------------------------------------------ */
+
+#define ROUTE_THREADS 128
+#define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
+
+/* One block per token. Softmax as the CPU: max, exp, sum in double, one float reciprocal; top-k
+ * by repeated arg-max (ties: the lower id); renormalization with a double sum in slot order. */
+__global__ void __launch_bounds__(ROUTE_THREADS)
+    k_route(float *logits, int n_expert, int k, bool norm, int32_t *ids, float *w) {
+    __shared__ double dsum[ROUTE_THREADS];
+    __shared__ float fred[ROUTE_THREADS];
+    __shared__ int ired[ROUTE_THREADS];
+    __shared__ unsigned char taken[1024];
+    __shared__ float wsel[64];
+    const int t = blockIdx.x, tid = threadIdx.x;
+    float *p = logits + (size_t)t * n_expert;
+    float mx = -INFINITY;
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) mx = fmaxf(mx, p[e]);
+    fred[tid] = mx;
+    __syncthreads();
+    for (int s = ROUTE_THREADS / 2; s > 0; s >>= 1) {
+        if (tid < s) fred[tid] = fmaxf(fred[tid], fred[tid + s]);
+        __syncthreads();
+    }
+    mx = fred[0];
+    __syncthreads();
+    double sum = 0.0;
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) {
+        const float v = expf(__fsub_rn(p[e], mx));
+        p[e] = v;
+        sum += (double)v;
+        taken[e] = 0;
+    }
+    dsum[tid] = sum;
+    __syncthreads();
+    for (int s = ROUTE_THREADS / 2; s > 0; s >>= 1) {
+        if (tid < s) dsum[tid] = dsum[tid] + dsum[tid + s];
+        __syncthreads();
+    }
+    const float inv = (float)(1.0 / dsum[0]);
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) p[e] = __fmul_rn(p[e], inv);
+    __syncthreads();
+    for (int s = 0; s < k; s++) {
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int e = tid; e < n_expert; e += ROUTE_THREADS)
+            if (!taken[e] && (p[e] > best || (p[e] == best && e < bi))) {
+                best = p[e];
+                bi = e;
+            }
+        fred[tid] = best;
+        ired[tid] = bi;
+        __syncthreads();
+        for (int h = ROUTE_THREADS / 2; h > 0; h >>= 1) {
+            if (tid < h) {
+                const float ob = fred[tid + h];
+                const int oi = ired[tid + h];
+                if (ob > fred[tid] || (ob == fred[tid] && oi < ired[tid])) {
+                    fred[tid] = ob;
+                    ired[tid] = oi;
+                }
+            }
+            __syncthreads();
+        }
+        if (tid == 0) {
+            const int e = ired[0];
+            taken[e] = 1;
+            ids[(size_t)t * k + s] = e;
+            wsel[s] = p[e];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        if (norm) {
+            double ws = 0.0;
+            for (int s = 0; s < k; s++) ws += (double)wsel[s];
+            float wsum = (float)ws;
+            if (wsum < MOE_MIN_WEIGHT_SUM) wsum = MOE_MIN_WEIGHT_SUM;
+            for (int s = 0; s < k; s++) w[(size_t)t * k + s] = __fdiv_rn(wsel[s], wsum);
+        } else {
+            for (int s = 0; s < k; s++) w[(size_t)t * k + s] = wsel[s];
+        }
+    }
+}
+
+void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm, int32_t *ids,
+                       float *w) {
+    cuda_backend *c = CB(b);
+    if (n_expert > 1024 || k > 64) {
+        fprintf(stderr, "sluice: CUDA router: %d experts / top-%d out of range\n", n_expert, k);
+        abort();
+    }
+    cuda_prof_begin(c);
+    k_route<<<n, ROUTE_THREADS, 0, c->stream>>>(logits, n_expert, k, norm, ids, w);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, logits, (size_t)n * n_expert * sizeof(float));
+    cuda_act_invalidate_range(c, w, (size_t)n * k * sizeof(float));
+    cuda_prof_end(c, "moe_route");
+}
+
+/* ---- grouping slots by expert (prefill) ----------------------------------------------------------- */
+
+#define GROUP_THREADS 1024
+
+/* list: slot entries grouped by expert (order within an expert is irrelevant: every entry's
+ * result is computed on its own); tiles of at most 64 entries of one expert. */
+__global__ void __launch_bounds__(GROUP_THREADS)
+    k_group(const int32_t *ids, int nk, int n_expert, int32_t *list, int32_t *tile_exp,
+            int32_t *tile_off, int32_t *tile_cnt, int32_t *n_tiles) {
+    __shared__ int cnt[1024], base[1024], cur[1024], tb[1024];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < n_expert; e += GROUP_THREADS) {
+        cnt[e] = 0;
+        cur[e] = 0;
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += GROUP_THREADS) atomicAdd(&cnt[ids[i]], 1);
+    __syncthreads();
+    if (tid == 0) {
+        int run = 0, tiles = 0;
+        for (int e = 0; e < n_expert; e++) {
+            base[e] = run;
+            tb[e] = tiles;
+            run += cnt[e];
+            tiles += (cnt[e] + 63) / 64;
+        }
+        *n_tiles = tiles;
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += GROUP_THREADS) {
+        const int e = ids[i];
+        list[base[e] + atomicAdd(&cur[e], 1)] = i;
+    }
+    for (int e = tid; e < n_expert; e += GROUP_THREADS)
+        for (int j = 0; j * 64 < cnt[e]; j++) {
+            tile_exp[tb[e] + j] = e;
+            tile_off[tb[e] + j] = base[e] + 64 * j;
+            tile_cnt[tb[e] + j] = cnt[e] - 64 * j < 64 ? cnt[e] - 64 * j : 64;
+        }
+}
+
+/* ---- combine ------------------------------------------------------------------------------------ */
+
+__global__ void k_combine(const float *y, const float *w, int n, int k, int width, float *out) {
+    const int t = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= width) return;
+    const float *wt = w + (size_t)t * k;
+    const float *y0 = y + (size_t)t * k * width;
+    float o = __fmul_rn(y0[i], wt[0]);
+    for (int s = 1; s < k; s++) o = __fadd_rn(o, __fmul_rn(y0[(size_t)s * width + i], wt[s]));
+    out[(size_t)t * width + i] = o;
+}
+
+void cuda_moe_combine(cuda_backend *c, const float *y, const float *w, int n, int k, int width,
+                      float *out) {
+    dim3 grid(cdiv((size_t)width, 256), n);
+    k_combine<<<grid, 256, 0, c->stream>>>(y, w, n, k, width, out);
+    CU_LAUNCH();
+}
+
+/* ---- routed experts ------------------------------------------------------------------------------ */
+
+int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
+                        int k, float *out) {
+    cuda_backend *c = CB(b);
+    if (il < 0 || il >= c->n_layer || !c->shapes[il].present || !c->d_table) {
+        fprintf(stderr, "sluice: CUDA expert table has no layer %d\n", il);
+        return -1;
+    }
+    cuda_table_flush(c);
+    cuda_prof_begin(c);
+    const expert_shape &sh = c->shapes[il];
+    const expert_entry *tab = c->d_table + (size_t)il * c->n_expert;
+    const int64_t E = sh.ne0[EXPERT_GATE], F = sh.ne1[EXPERT_GATE];
+    const int slots = n * k;
+    const size_t fsz = (size_t)slots * F, esz = (size_t)slots * E;
+    float *G = (float *)cuda_scratch(c, SCR_MOE, (3 * fsz + esz) * sizeof(float));
+    float *U = G + fsz, *H = U + fsz, *Y = H + fsz;
+    const uint32_t tg = sh.type[EXPERT_GATE], tu = sh.type[EXPERT_UP], td = sh.type[EXPERT_DOWN];
+
+    mm_src sg;
+    memset(&sg, 0, sizeof sg);
+    sg.table = tab;
+    sg.part = EXPERT_GATE;
+    sg.row_bytes = sh.row_bytes[EXPERT_GATE];
+    sg.ids = ids;
+    sg.act_div = k;
+    mm_src su = sg;
+    su.part = EXPERT_UP;
+    su.row_bytes = sh.row_bytes[EXPERT_UP];
+    mm_src sd = sg;
+    sd.part = EXPERT_DOWN;
+    sd.row_bytes = sh.row_bytes[EXPERT_DOWN];
+    sd.act_div = 1;
+
+    const bool tiled = n > 8 && (E % 256 == 0 || tg == QT_F32 || tg == QT_F16 || tg == QT_BF16) &&
+                       (F % 256 == 0 || td == QT_F32 || td == QT_F16 || td == QT_BF16);
+    if (!tiled) {
+        qact ax = cuda_act(c, x, n, E, tg);
+        if (ax.act == QT_F32) ax.f = x;
+        if (tg == tu && sh.row_bytes[EXPERT_GATE] == sh.row_bytes[EXPERT_UP]) {
+            cuda_matvec(c, tg, E, F, &sg, &su, &ax, slots, H, F);
+        } else {
+            cuda_matvec(c, tg, E, F, &sg, nullptr, &ax, slots, G, F);
+            qact au = cuda_act(c, x, n, E, tu);
+            if (au.act == QT_F32) au.f = x;
+            cuda_matvec(c, tu, E, F, &su, nullptr, &au, slots, U, F);
+            cuda_swiglu_rows(c, G, U, fsz, H);
+        }
+        cuda_act_invalidate_range(c, H, fsz * sizeof(float));
+        qact ah = cuda_act(c, H, slots, F, td);
+        if (ah.act == QT_F32) ah.f = H;
+        cuda_matvec(c, td, F, E, &sd, nullptr, &ah, slots, Y, E);
+    } else {
+        const int max_tiles = slots / 64 + (slots < c->n_expert ? slots : c->n_expert) + 1;
+        int32_t *gl = (int32_t *)cuda_scratch(c, SCR_GROUP, ((size_t)slots + 3 * (size_t)max_tiles + 64) * 4);
+        mm_groups g;
+        g.list = gl;
+        g.tile_exp = gl + slots;
+        g.tile_off = g.tile_exp + max_tiles;
+        g.tile_cnt = g.tile_off + max_tiles;
+        g.n_tiles = g.tile_cnt + max_tiles;
+        g.max_tiles = max_tiles;
+        if (c->n_expert > 1024) {
+            fprintf(stderr, "sluice: CUDA expert grouping supports up to 1024 experts\n");
+            return -1;
+        }
+        k_group<<<1, GROUP_THREADS, 0, c->stream>>>(ids, slots, c->n_expert, (int32_t *)g.list,
+                                                   (int32_t *)g.tile_exp, (int32_t *)g.tile_off,
+                                                   (int32_t *)g.tile_cnt, (int32_t *)g.n_tiles);
+        CU_LAUNCH();
+        g.act_div = k;
+        qact ax = cuda_act(c, x, n, E, tg);
+        if (ax.act == QT_F32) ax.f = x;
+        cuda_matmul_tiled(c, tg, E, F, &sg, &g, &ax, n, G, F);
+        qact au = cuda_act(c, x, n, E, tu);
+        if (au.act == QT_F32) au.f = x;
+        cuda_matmul_tiled(c, tu, E, F, &su, &g, &au, n, U, F);
+        cuda_swiglu_rows(c, G, U, fsz, H);
+        cuda_act_invalidate_range(c, H, fsz * sizeof(float));
+        qact ah = cuda_act(c, H, slots, F, td);
+        if (ah.act == QT_F32) ah.f = H;
+        g.act_div = 1;
+        cuda_matmul_tiled(c, td, F, E, &sd, &g, &ah, slots, Y, E);
+    }
+    cuda_moe_combine(c, Y, w, n, k, (int)E, out);
+    cuda_act_invalidate_range(c, G, (3 * fsz + esz) * sizeof(float));
+    cuda_act_invalidate_range(c, out, (size_t)n * E * sizeof(float));
+    cuda_prof_end(c, n <= 8 ? "moe_experts (decode)" : "moe_experts (tiled)");
+    return 0;
+}

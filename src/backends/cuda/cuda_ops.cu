@@ -1,0 +1,540 @@
+/* CUDA backend: norms, RoPE, attention, element-wise gates, the KV store and row copies, and the
+ * linear-attention (Gated DeltaNet) operations.
+ *
+ * Where the CPU's float steps are cheap to repeat they are repeated exactly (explicitly rounded
+ * multiplies and adds, no contraction): RMSNorm sums squares in double and scales as the CPU,
+ * RoPE takes the CPU's angle recipe (theta_scale computed on the host), the gates and the conv
+ * use the CPU's formulas. Attention and the delta rule reorder sums (one thread cannot own a
+ * whole row there); every reduction has a fixed order, so results never depend on timing. */
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/cuda_internal.cuh"
+
+/* ---- rmsnorm / l2norm -------------------------------------------------------------------------- */
+
+/* One warp per row: squares summed in double (lane-strided, then a fixed butterfly). */
+template <bool L2>
+__global__ void k_norm(const float *x, const float *w, int n_rows, int dim, float eps, float *y) {
+    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (row >= n_rows) return;
+    const float *xr = x + (size_t)row * dim;
+    double s = 0.0;
+    for (int i = lane; i < dim; i += 32) {
+        const float v = xr[i];
+        s += (double)__fmul_rn(v, v);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    float scale;
+    if (L2) scale = __fdiv_rn(1.0f, fmaxf(__fsqrt_rn((float)s), eps));
+    else scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / dim), eps)));
+    float *yr = y + (size_t)row * dim;
+    for (int i = lane; i < dim; i += 32) {
+        const float v = __fmul_rn(xr[i], scale);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
+void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
+                     float *y) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
+    k_norm<false><<<cdiv((size_t)n_rows * 32, 256), 256, 0, c->stream>>>(x, wd, n_rows, dim, eps, y);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
+    cuda_prof_end(c, "rmsnorm");
+}
+
+void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    k_norm<true><<<cdiv((size_t)n_rows * 32, 256), 256, 0, c->stream>>>(x, nullptr, n_rows, dim, eps, y);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
+    cuda_prof_end(c, "l2norm");
+}
+
+/* ---- rope -------------------------------------------------------------------------------------- */
+
+__global__ void k_rope(float *x, int n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
+                       float theta_scale, int neox) {
+    const int half = n_rot / 2;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_tok * n_head * half) return;
+    const int i = (int)(idx % half);
+    const int64_t th = idx / half;
+    const int t = (int)(th / n_head);
+    float theta = (float)pos[t];
+    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
+    const float cs = cosf(theta), sn = sinf(theta);
+    float *v = x + th * head_dim;
+    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    v[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
+void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
+                  const int32_t *pos, float freq_base, rope_mode mode) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* the CPU's value */
+    const int64_t total = (int64_t)n_tok * n_head * (n_rot / 2);
+    k_rope<<<cdiv(total, 256), 256, 0, c->stream>>>(x, n_tok, n_head, head_dim, n_rot, pos, theta_scale,
+                                                    mode == ROPE_NEOX);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, x, (size_t)n_tok * n_head * head_dim * sizeof(float));
+    cuda_prof_end(c, "rope");
+}
+
+/* ---- attention ----------------------------------------------------------------------------------
+ * Block: one KV head, QT tokens x G query heads = up to 64 rows, 8 warps of up to 8 rows each;
+ * keys in tiles of 32 through shared memory (K transposed: lane j scores key j), an online
+ * softmax per row with the output spread over the lanes (lane owns dims lane + 32 i).
+ * Decode (n <= 8) splits the visible keys into ATT_SPLITS ranges computed on the device from
+ * the positions (so a captured graph stays right as the context grows) and combines them. */
+
+#define ATT_WARPS 8
+#define ATT_RPW 8
+#define ATT_KT 32
+#define ATT_SPLITS 16
+
+struct att_args {
+    const float *q, *kc, *vc;
+    const int32_t *pos;
+    float *out;
+    float *part; /* splits: [row][split][2 + hd_v] (m, l, o) */
+    int n, n_head, n_head_kv, hd, hd_v, qt, splits;
+    float scale;
+};
+
+template <int DV>
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
+    extern __shared__ float sm[];
+    const int hd = A.hd, hdv = A.hd_v;
+    float *Kt = sm;                        /* [hd][33] */
+    float *Vs = Kt + hd * 33;              /* [32][hd_v] */
+    float *Qw = Vs + ATT_KT * hdv;         /* [warps][hd] */
+    __shared__ int nkv_max_s;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = A.n_head / A.n_head_kv, kvh = blockIdx.y, split = blockIdx.z;
+    const int t0 = blockIdx.x * A.qt;
+    const int rows = A.qt * G;
+    const size_t krow = (size_t)A.n_head_kv * hd, vrow = (size_t)A.n_head_kv * hdv;
+    if (threadIdx.x == 0) {
+        int m = 0;
+        for (int t = t0; t < t0 + A.qt && t < A.n; t++) m = max(m, A.pos[t] + 1);
+        nkv_max_s = m;
+    }
+    __syncthreads();
+    const int nkv_max = nkv_max_s;
+    int k_begin = 0, k_end = nkv_max;
+    if (A.splits > 1) {
+        const int per = ((nkv_max + A.splits - 1) / A.splits + ATT_KT - 1) / ATT_KT * ATT_KT;
+        k_begin = min(split * per, nkv_max);
+        k_end = min(k_begin + per, nkv_max);
+    }
+    float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][DV];
+#pragma unroll
+    for (int r = 0; r < ATT_RPW; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DV; d++) o[r][d] = 0.0f;
+    }
+    float *qw = Qw + warp * hd;
+    for (int k0 = k_begin; k0 < k_end; k0 += ATT_KT) {
+        __syncthreads(); /* the previous tile is consumed */
+        for (int i = threadIdx.x; i < ATT_KT * hd; i += blockDim.x) {
+            const int j = i / hd, d = i % hd;
+            Kt[d * 33 + j] = k0 + j < k_end ? A.kc[(size_t)(k0 + j) * krow + (size_t)kvh * hd + d] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < ATT_KT * hdv; i += blockDim.x) {
+            const int j = i / hdv, d = i % hdv;
+            Vs[j * hdv + d] = k0 + j < k_end ? A.vc[(size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < ATT_RPW; rr++) {
+            const int r = warp + rr * ATT_WARPS;
+            const int t = t0 + r / G, h = kvh * G + r % G;
+            if (r >= rows || t >= A.n) continue; /* warp-uniform */
+            const float *qr = A.q + ((size_t)t * A.n_head + h) * hd;
+            for (int d = lane; d < hd; d += 32) qw[d] = qr[d];
+            __syncwarp();
+            const int key = k0 + lane;
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) s = __fmaf_rn(qw[d], Kt[d * 33 + lane], s);
+            __syncwarp();
+            const bool vis = key < k_end && key <= A.pos[t];
+            s = vis ? __fmul_rn(s, A.scale) : -INFINITY;
+            float tm = s;
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
+            const float mn = fmaxf(m[rr], tm);
+            if (mn == -INFINITY) continue; /* nothing visible yet */
+            const float corr = m[rr] == -INFINITY ? 0.0f : expf(__fsub_rn(m[rr], mn));
+            const float p = vis ? expf(__fsub_rn(s, mn)) : 0.0f;
+            float ps = p;
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) ps = __fadd_rn(ps, __shfl_xor_sync(0xffffffffu, ps, off));
+            l[rr] = __fadd_rn(__fmul_rn(l[rr], corr), ps);
+            m[rr] = mn;
+#pragma unroll
+            for (int dv = 0; dv < DV; dv++) o[rr][dv] = __fmul_rn(o[rr][dv], corr);
+            for (int j = 0; j < ATT_KT; j++) {
+                const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int dv = 0; dv < DV; dv++) {
+                    const int d = lane + 32 * dv;
+                    if (d < hdv) o[rr][dv] = __fmaf_rn(pj, Vs[j * hdv + d], o[rr][dv]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) {
+        const int r = warp + rr * ATT_WARPS;
+        const int t = t0 + r / G, h = kvh * G + r % G;
+        if (r >= rows || t >= A.n) continue;
+        if (A.splits > 1) {
+            float *pp = A.part + (((size_t)t * A.n_head + h) * A.splits + split) * (2 + hdv);
+            if (lane == 0) {
+                pp[0] = m[rr];
+                pp[1] = l[rr];
+            }
+#pragma unroll
+            for (int dv = 0; dv < DV; dv++) {
+                const int d = lane + 32 * dv;
+                if (d < hdv) pp[2 + d] = o[rr][dv];
+            }
+        } else {
+            const float inv = __fdiv_rn(1.0f, l[rr]);
+            float *orow = A.out + ((size_t)t * A.n_head + h) * hdv;
+#pragma unroll
+            for (int dv = 0; dv < DV; dv++) {
+                const int d = lane + 32 * dv;
+                if (d < hdv) orow[d] = __fmul_rn(o[rr][dv], inv);
+            }
+        }
+    }
+}
+
+/* One block per (token, head): the splits in order. */
+__global__ void k_attn_combine(const float *part, int splits, int hdv, float *out) {
+    const size_t row = blockIdx.x;
+    const float *pp = part + row * splits * (2 + hdv);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[(size_t)s * (2 + hdv)]);
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float ms = pp[(size_t)s * (2 + hdv)];
+        if (ms != -INFINITY) L = __fadd_rn(L, __fmul_rn(pp[(size_t)s * (2 + hdv) + 1], expf(__fsub_rn(ms, M))));
+    }
+    const float inv = __fdiv_rn(1.0f, L);
+    for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
+        float O = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            const float ms = pp[(size_t)s * (2 + hdv)];
+            if (ms != -INFINITY)
+                O = __fadd_rn(O, __fmul_rn(pp[(size_t)s * (2 + hdv) + 2 + d], expf(__fsub_rn(ms, M))));
+        }
+        out[row * hdv + d] = __fmul_rn(O, inv);
+    }
+}
+
+template <int DV> static void attn_launch(cuda_backend *c, const att_args &a, dim3 grid, size_t smem) {
+    static size_t set = 0;
+    if (smem > set) {
+        CU(cudaFuncSetAttribute(k_attn<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
+    }
+    k_attn<DV><<<grid, ATT_WARPS * 32, smem, c->stream>>>(a);
+    CU_LAUNCH();
+}
+
+void cuda_op_attention(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
+                       int n_head, int n_head_kv, int hd, int hd_v, float scale, float *out) {
+    cuda_backend *c = CB(b);
+    (void)pos0; /* the step's positions (set_inputs) say what each token sees */
+    cuda_prof_begin(c);
+    const int G = n_head / n_head_kv;
+    if (G > ATT_WARPS * ATT_RPW || hd > 1024 || hd_v > 256) {
+        fprintf(stderr, "sluice: CUDA attention: %d heads per KV head, dims %d/%d unsupported\n", G, hd, hd_v);
+        abort();
+    }
+    att_args a;
+    a.q = q;
+    a.kc = kc;
+    a.vc = vc;
+    a.pos = c->d_in + c->in_cap;
+    a.out = out;
+    a.n = n;
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.hd = hd;
+    a.hd_v = hd_v;
+    a.scale = scale;
+    a.qt = (ATT_WARPS * ATT_RPW) / G;
+    if (a.qt > n) a.qt = n;
+    a.splits = n <= 8 ? ATT_SPLITS : 1;
+    a.part = nullptr;
+    if (a.splits > 1)
+        a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.splits * (2 + hd_v) * sizeof(float));
+    dim3 grid(cdiv((size_t)n, (size_t)a.qt), n_head_kv, a.splits);
+    const size_t smem = ((size_t)hd * 33 + (size_t)ATT_KT * hd_v + (size_t)ATT_WARPS * hd) * sizeof(float);
+    const int dv = (hd_v + 31) / 32;
+    if (dv <= 1) attn_launch<1>(c, a, grid, smem);
+    else if (dv <= 2) attn_launch<2>(c, a, grid, smem);
+    else if (dv <= 4) attn_launch<4>(c, a, grid, smem);
+    else attn_launch<8>(c, a, grid, smem);
+    if (a.splits > 1) {
+        k_attn_combine<<<(unsigned)(n * n_head), 128, 0, c->stream>>>(a.part, a.splits, hd_v, out);
+        CU_LAUNCH();
+    }
+    cuda_act_invalidate_range(c, out, (size_t)n * n_head * hd_v * sizeof(float));
+    cuda_prof_end(c, n <= 8 ? "attention (decode)" : "attention (prefill)");
+}
+
+/* ---- element-wise ------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float silu_mul_f(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+__global__ void k_add(float *x, const float *y, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void k_swiglu(const float *g, const float *u, size_t n, float *out) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = silu_mul_f(g[i], u[i]);
+}
+
+void cuda_op_add(backend *b, float *x, const float *y, size_t n) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    k_add<<<cdiv(n, 256), 256, 0, c->stream>>>(x, y, n);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, x, n * sizeof(float));
+    cuda_prof_end(c, "add");
+}
+
+void cuda_swiglu_rows(cuda_backend *c, const float *g, const float *u, size_t n, float *out) {
+    k_swiglu<<<cdiv(n, 256), 256, 0, c->stream>>>(g, u, n, out);
+    CU_LAUNCH();
+}
+
+void cuda_op_swiglu(backend *b, float *g, const float *u, size_t n) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    cuda_swiglu_rows(c, g, u, n, g);
+    cuda_act_invalidate_range(c, g, n * sizeof(float));
+    cuda_prof_end(c, "swiglu");
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+__global__ void k_sigmoid_mul(float *x, const float *g, int n_rows, int dim, int g_dim) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n_rows * dim) return;
+    const size_t r = i / dim, j = i % dim;
+    x[i] = __fmul_rn(x[i], sigmoidf_(g[r * g_dim + (g_dim == 1 ? 0 : j)]));
+}
+
+void cuda_op_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const size_t n = (size_t)n_rows * dim;
+    k_sigmoid_mul<<<cdiv(n, 256), 256, 0, c->stream>>>(x, g, n_rows, dim, g_dim);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, x, n * sizeof(float));
+    cuda_prof_end(c, "sigmoid_mul");
+}
+
+__global__ void k_gdn_gates(float *beta, float *alpha, const float *dt, const float *a, int n, int H) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * H) return;
+    const int h = i % H;
+    beta[i] = sigmoidf_(beta[i]);
+    const float x = __fadd_rn(alpha[i], dt[h]);
+    const float sp = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
+    alpha[i] = __fmul_rn(sp, a[h]);
+}
+
+void cuda_op_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
+                       int n, int n_head) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    k_gdn_gates<<<cdiv((size_t)n * n_head, 256), 256, 0, c->stream>>>(
+        beta, alpha, (const float *)cuda_weight(c, dt_bias, (size_t)n_head * sizeof(float)),
+        (const float *)cuda_weight(c, a, (size_t)n_head * sizeof(float)), n, n_head);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, beta, (size_t)n * n_head * sizeof(float));
+    cuda_act_invalidate_range(c, alpha, (size_t)n * n_head * sizeof(float));
+    cuda_prof_end(c, "gdn_gates");
+}
+
+/* ---- copies ------------------------------------------------------------------------------------- */
+
+void cuda_op_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src, size_t src_stride,
+                       int n_rows, int width) {
+    cuda_backend *c = CB(b);
+    if (n_rows <= 0 || width <= 0) return;
+    CU(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
+                         (size_t)width * sizeof(float), (size_t)n_rows, cudaMemcpyDeviceToDevice, c->stream));
+    cuda_act_invalidate_range(c, dst, ((size_t)(n_rows - 1) * dst_stride + width) * sizeof(float));
+}
+
+__global__ void k_kv_store(float *kc, float *vc, const float *k, const float *v, int n, const int32_t *pos,
+                           size_t row_k, size_t row_v) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t per = row_k + row_v;
+    if (i >= (size_t)n * per) return;
+    const int t = (int)(i / per);
+    const size_t j = i % per;
+    if (j < row_k) kc[(size_t)pos[t] * row_k + j] = k[(size_t)t * row_k + j];
+    else vc[(size_t)pos[t] * row_v + (j - row_k)] = v[(size_t)t * row_v + (j - row_k)];
+}
+
+void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const float *v, int n,
+                      const int32_t *pos, size_t row_k, size_t row_v) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const size_t total = (size_t)n * (row_k + row_v);
+    k_kv_store<<<cdiv(total, 256), 256, 0, c->stream>>>(kc, vc, k, v, n, pos, row_k, row_v);
+    CU_LAUNCH();
+    cuda_prof_end(c, "kv_store");
+}
+
+/* ---- causal conv1d + SiLU ----------------------------------------------------------------------- */
+
+#define CONV_MAXK 16
+
+__global__ void k_conv(const float *x, int n, int C, const float *w, int K, float *state, float *y) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    float win[CONV_MAXK];
+    const float *wc = w + (size_t)ch * K;
+    for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
+    for (int t = 0; t < n; t++) {
+        win[K - 1] = x[(size_t)t * C + ch];
+        float acc = 0.0f;
+        for (int i = 0; i < K; i++) acc = __fadd_rn(acc, __fmul_rn(wc[i], win[i]));
+        y[(size_t)t * C + ch] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+        for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+    }
+    for (int i = 0; i < K - 1; i++) state[(size_t)i * C + ch] = win[i];
+}
+
+void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const float *w, int kernel,
+                         float *state, float *y) {
+    cuda_backend *c = CB(b);
+    if (kernel < 1 || kernel > CONV_MAXK) abort();
+    cuda_prof_begin(c);
+    const float *wd = (const float *)cuda_weight(c, w, (size_t)channels * kernel * sizeof(float));
+    k_conv<<<cdiv((size_t)channels, 128), 128, 0, c->stream>>>(x, n, channels, wd, kernel, state, y);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, y, (size_t)n * channels * sizeof(float));
+    cuda_prof_end(c, "conv1d_silu");
+}
+
+/* ---- gated delta rule ---------------------------------------------------------------------------
+ * Block: one value head, 32 of its value rows; thread (row jj, quarter p) keeps keys
+ * 16 g + 4 p + {0..3} of row jj's state in registers (float4 groups: the state row is read and
+ * written coalesced). Per token: k and the scaled q through shared memory (double-buffered),
+ * decay, prediction (quarters summed by two shuffles), correction, rank-1 update, output. */
+
+template <int KG> /* float4 groups per thread: d_k / 16 */
+__global__ void __launch_bounds__(128) k_gdn(const float *q, const float *k, const float *v, const float *g,
+                                             const float *beta, float *state, float *out, int n_tok,
+                                             int Hk, int Hv, int Dv, int kv_tiled, float q_scale) {
+    constexpr int DK = KG * 16;
+    __shared__ __align__(16) float kq[2][2][DK]; /* [buffer][k, q][d_k] */
+    const int h = blockIdx.x, jj = threadIdx.x >> 2, p = threadIdx.x & 3;
+    const int j = blockIdx.y * 32 + jj;
+    const int kh = kv_tiled ? h % Hk : h / (Hv / Hk);
+    const bool row_ok = j < Dv;
+    float4 s[KG];
+    float *S = state + ((size_t)h * Dv + (row_ok ? j : 0)) * DK;
+#pragma unroll
+    for (int gi = 0; gi < KG; gi++)
+        s[gi] = row_ok ? *reinterpret_cast<const float4 *>(S + 16 * gi + 4 * p) : make_float4(0, 0, 0, 0);
+    for (int t = 0; t < n_tok; t++) {
+        const int buf = t & 1;
+        for (int i = threadIdx.x; i < DK; i += 128) {
+            kq[buf][0][i] = k[((size_t)t * Hk + kh) * DK + i];
+            kq[buf][1][i] = __fmul_rn(q[((size_t)t * Hk + kh) * DK + i], q_scale);
+        }
+        __syncthreads();
+        const float decay = expf(g[(size_t)t * Hv + h]), bt = beta[(size_t)t * Hv + h];
+        float mk = 0.0f;
+#pragma unroll
+        for (int gi = 0; gi < KG; gi++) {
+            const float4 kk = *reinterpret_cast<const float4 *>(&kq[buf][0][16 * gi + 4 * p]);
+            s[gi].x = __fmul_rn(s[gi].x, decay);
+            s[gi].y = __fmul_rn(s[gi].y, decay);
+            s[gi].z = __fmul_rn(s[gi].z, decay);
+            s[gi].w = __fmul_rn(s[gi].w, decay);
+            mk = __fmaf_rn(s[gi].x, kk.x, mk);
+            mk = __fmaf_rn(s[gi].y, kk.y, mk);
+            mk = __fmaf_rn(s[gi].z, kk.z, mk);
+            mk = __fmaf_rn(s[gi].w, kk.w, mk);
+        }
+        mk = __fadd_rn(mk, __shfl_xor_sync(0xffffffffu, mk, 1));
+        mk = __fadd_rn(mk, __shfl_xor_sync(0xffffffffu, mk, 2));
+        const float vj = row_ok ? v[((size_t)t * Hv + h) * Dv + j] : 0.0f;
+        const float d = __fmul_rn(__fsub_rn(vj, mk), bt);
+        float o = 0.0f;
+#pragma unroll
+        for (int gi = 0; gi < KG; gi++) {
+            const float4 kk = *reinterpret_cast<const float4 *>(&kq[buf][0][16 * gi + 4 * p]);
+            const float4 qq = *reinterpret_cast<const float4 *>(&kq[buf][1][16 * gi + 4 * p]);
+            s[gi].x = __fmaf_rn(kk.x, d, s[gi].x);
+            s[gi].y = __fmaf_rn(kk.y, d, s[gi].y);
+            s[gi].z = __fmaf_rn(kk.z, d, s[gi].z);
+            s[gi].w = __fmaf_rn(kk.w, d, s[gi].w);
+            o = __fmaf_rn(s[gi].x, qq.x, o);
+            o = __fmaf_rn(s[gi].y, qq.y, o);
+            o = __fmaf_rn(s[gi].z, qq.z, o);
+            o = __fmaf_rn(s[gi].w, qq.w, o);
+        }
+        o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 1));
+        o = __fadd_rn(o, __shfl_xor_sync(0xffffffffu, o, 2));
+        if (row_ok && p == 0) out[((size_t)t * Hv + h) * Dv + j] = o;
+        /* the buffer of token t is rewritten at t + 2: the barrier of t + 1 orders it */
+    }
+    if (row_ok)
+#pragma unroll
+        for (int gi = 0; gi < KG; gi++) *reinterpret_cast<float4 *>(S + 16 * gi + 4 * p) = s[gi];
+}
+
+void cuda_op_gated_delta(backend *b, const float *q, const float *k, const float *v, const float *g,
+                         const float *beta, float *state, const gdn_params *p, float *out) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    /* chunk > 0 asks for the chunked form; the device always runs the recurrence (the same
+     * function; the chunked form only rounds differently) */
+    dim3 grid(p->n_v_head, cdiv((size_t)p->d_v, 32));
+    const int kt = p->kv_tiled ? 1 : 0;
+#define GDN_CASE(KG)                                                                             \
+    k_gdn<KG><<<grid, 128, 0, c->stream>>>(q, k, v, g, beta, state, out, p->n_tok, p->n_k_head,  \
+                                           p->n_v_head, p->d_v, kt, p->q_scale)
+    switch (p->d_k) {
+    case 16: GDN_CASE(1); break;
+    case 32: GDN_CASE(2); break;
+    case 64: GDN_CASE(4); break;
+    case 128: GDN_CASE(8); break;
+    case 256: GDN_CASE(16); break;
+    default:
+        fprintf(stderr, "sluice: CUDA gated delta rule: key dim %d unsupported\n", p->d_k);
+        abort();
+    }
+#undef GDN_CASE
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, out, (size_t)p->n_tok * p->n_v_head * p->d_v * sizeof(float));
+    cuda_prof_end(c, "gated_delta");
+}

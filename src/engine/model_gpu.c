@@ -1,0 +1,136 @@
+/* A model on the GPU: the device side of the memory plan, the CUDA backend that holds the
+ * weights, and the GPU expert store (runtime/experts_gpu.c).
+ *
+ * Resident: the whole mapped file is uploaded (views into it are translated by the backend).
+ * Stream: the file is pinned in host memory (the device reads it in place), the dense tensors
+ * are uploaded, and routed experts go through a VRAM cache whose slots the expert table points
+ * at (misses point at the pinned bytes). Buffers the loader made itself (converted norms, conv
+ * taps) are uploaded by the backend the first time an op meets them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/model_gpu.h"
+#include "models/model.h"
+#include "runtime/experts_gpu.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "backends/cuda/backend_cuda.h"
+#endif
+
+/* Device work memory per batch token beyond the CPU's activations: MoE intermediates (gate, up,
+ * hidden per slot, each slot's output), encoded activations, attention split partials. */
+void model_gpu_facts(const sluice_model *m, plan_model_facts *f) {
+    const hparams *hp = &m->hp;
+    const uint64_t E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff_exp;
+    const uint64_t k = (uint64_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 0);
+    const uint64_t ff = (uint64_t)(hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp);
+    f->gpu_scratch_per_token = 4 * k * (3 * F + E) + 2 * (k * F + 4 * E + 2 * ff) + 8 * ff;
+    f->gpu_scratch_fixed = (64ull << 20) + (uint64_t)hp->n_layer * 8 * 64 * 4;
+    f->gpu_slot_bytes = expert_gpu_slot_bytes(&m->layout);
+}
+
+#ifndef SLUICE_HAVE_CUDA
+
+int model_gpu_bind(sluice_model *m, const char *label) {
+    (void)m;
+    sluice_set_error("%s: this sluice was built without the CUDA backend", label);
+    return -1;
+}
+
+void model_gpu_release(sluice_model *m) { (void)m; }
+
+#else
+
+/* True when [off, off + bytes) of the file lies in a layer's routed experts. */
+static bool in_experts(const expert_layout *l, uint64_t off, uint64_t bytes) {
+    for (int i = 0; i < l->n_layer; i++) {
+        const expert_layer_layout *L = &l->layers[i];
+        if (!L->present) continue;
+        if (l->packed) {
+            const uint64_t a = L->record_offset, b = a + L->record_stride * (uint64_t)l->n_expert;
+            if (off >= a && off + bytes <= b) return true;
+            continue;
+        }
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            const uint64_t a = L->part[p].offset;
+            const uint64_t b = a + L->part[p].stride * (uint64_t)(l->n_expert - 1) + L->part[p].bytes;
+            if (off >= a && off + bytes <= b) return true;
+        }
+    }
+    return false;
+}
+
+int model_gpu_bind(sluice_model *m, const char *label) {
+    const sluice_model_params *p = &m->params;
+    char err[512];
+    m->request.gpu = true;
+    m->request.gpu_budget = p->gpu_budget;
+    m->request.gpu_zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY;
+    plan_probe_gpu(&m->machine);
+    plan_compute_gpu(&m->facts, &m->machine, &m->request, &m->plan);
+    if (p->plan_only) return 0;
+    if (!m->plan.gpu_ok) {
+        sluice_set_error("%s: GPU memory plan refused: %s", label, m->plan.gpu_message);
+        return -1;
+    }
+    if (m->arch->bind && m->arch->bind(m, err, sizeof err) != 0) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    const bool resident = m->plan.gpu_mode == SLUICE_MODE_RESIDENT;
+    backend_cuda_params bp = {.device = 0, .budget = m->plan.gpu_budget, .no_graph = p->no_graph,
+                              .profile = p->gpu_profile};
+    m->gpu = backend_cuda_new(&bp, err, sizeof err);
+    if (!m->gpu) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    backend *be = m->gpu;
+    const uint8_t *base = m->gguf->base;
+    if (resident) {
+        if (be->ops->weights_map(be, base, m->gguf->size, true) != 0) {
+            sluice_set_error("%s: cannot copy %llu bytes of weights to the GPU", label,
+                             (unsigned long long)m->gguf->size);
+            return -1;
+        }
+    } else {
+        if (be->ops->weights_map(be, base, m->gguf->size, false) != 0) {
+            sluice_set_error("%s: cannot pin the model file in host memory for the GPU", label);
+            return -1;
+        }
+        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+            const gguf_tensor *t = &m->gguf->tensors[i];
+            const uint64_t off = (uint64_t)((const uint8_t *)t->data - base);
+            if (in_experts(&m->layout, off, t->nbytes)) continue;
+            if (be->ops->weights_map(be, t->data, t->nbytes, true) != 0) {
+                sluice_set_error("%s: cannot copy tensor '%s' to the GPU", label, t->name);
+                return -1;
+            }
+        }
+    }
+    if (m->facts.n_moe_layers == 0) return 0;
+    gpu_store_params gp = {.be = be,
+                           .layout = &m->layout,
+                           .file = base,
+                           .resident = resident,
+                           .cache_bytes = m->plan.vram_cache,
+                           .zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY};
+    m->experts = expert_store_gpu_new(&gp, err, sizeof err);
+    if (!m->experts) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    return 0;
+}
+
+void model_gpu_release(sluice_model *m) {
+    if (!m->gpu) return;
+    if (m->params.gpu_profile) {
+        fprintf(stderr, "sluice: CUDA op profile (ms, calls):\n");
+        backend_cuda_profile_report(m->gpu, stderr);
+    }
+    be_free(m->gpu);
+    m->gpu = NULL;
+}
+
+#endif

@@ -1,0 +1,129 @@
+/* qwen4exp (Qwen3.8-Flash-Next): the architecture's private model and state, shared by its
+ * files:
+ *
+ *   qwen4exp.c   loading, per-session state, the forward pass
+ *   hyperconn.c  the 4-stream hyper-connections (read before each mixer and MoE, write after,
+ *                the final mixer before the output head)
+ *   qsa.c        gated attention with the QSA block-sparse indexer
+ *   ngram.c      the n-gram (PLE) module: hashing, the table rows, its gate and dilated conv
+ *
+ * The residual stream is WIDE: hc streams of n_embd per token ([n][hc][n_embd], stream-major,
+ * as the 1-D norm weights of hc * n_embd are laid out). There are no layer norms: the
+ * hyper-connection read normalizes each stream. */
+#ifndef SLUICE_QWEN4EXP_H
+#define SLUICE_QWEN4EXP_H
+
+#include "models/hybrid.h"
+
+#define Q4X_MAX_NGRAM 4   /* n-gram orders are 2..ngram_size; the model uses 3 */
+#define Q4X_MAX_HEADS 64  /* n-gram heads ((ngram_size - 1) * heads_per_ngram); the model 16 */
+
+/* One hyper-connection module: norm gamma [hc * n_embd] (F32), W_down [hc*n_embd -> low rank],
+ * W_up [low rank -> hc*n_embd], W_inject [hc*n_embd -> hc] (absent for the final mixer). */
+typedef struct q4x_hc {
+    tview norm, down, up, inject;
+} q4x_hc;
+
+typedef struct q4x_layer {
+    q4x_hc attn, ffn;
+    /* attention layers: the QSA indexer (compress 0: dense attention) */
+    int compress;
+    tview idx_q, idx_k, idx_q_norm, idx_k_norm;
+    /* the n-gram layer */
+    tview ple_key, ple_value, ple_norm_key, ple_norm_query, ple_norm_conv;
+    const float *ple_conv; /* F32 [hc * n_embd][kernel] */
+} q4x_layer;
+
+typedef struct q4x_model {
+    int hc, hc_rank;
+    /* QSA */
+    int idx_n_head, idx_dim, idx_top_k, max_compress;
+    /* final mixer */
+    q4x_hc out_hc;
+    q4x_layer *layers; /* [n_layer] */
+    /* n-gram module: -1 when absent */
+    int ple_layer;
+    int ngram_size, heads_per_ngram, ple_n_heads, ple_dim, ple_kernel;
+    int32_t ple_eos, ple_image;
+    uint64_t mult[Q4X_MAX_NGRAM];
+    uint64_t head_offset[Q4X_MAX_HEADS], head_size[Q4X_MAX_HEADS];
+    tview table;       /* per_layer_token_embd [ple_dim] x rows */
+    uint64_t table_offset; /* file offset of its first row */
+    int nextn;         /* MTP blocks after the trunk (bound for accounting only) */
+} q4x_model;
+
+/* Called for every token of a QSA layer with the positions it attends to (NULL, -1: dense). */
+typedef void (*q4x_qsa_fn)(void *ctx, int layer, int pos, const int32_t *sel, int n_sel);
+/* Called for every token with its n-gram table rows. */
+typedef void (*q4x_rows_fn)(void *ctx, int pos, const int32_t *rows, int n_rows);
+
+typedef struct q4x_state {
+    /* hyper-connection buffers [n_batch][...] */
+    float *xn, *hgate;   /* [hc * n_embd] normalized streams; gate pre-activations */
+    float *lo;           /* [hc_rank] */
+    float *inject;       /* [hc] */
+    /* QSA: per attention layer with an indexer, raw keys [n_ctx][idx_dim] and block keys
+     * [n_ctx / compress + 1][idx_dim]; selection of the batch */
+    float *idx_kraw, *idx_kblk;
+    size_t kraw_len, kblk_len; /* floats per layer */
+    int32_t *idx_slot;   /* [n_layer] index among indexer layers, -1 */
+    float *idx_q;        /* [n_batch][idx_n_head * idx_dim] */
+    float *idx_knew;     /* [n_batch][idx_dim] */
+    int32_t *sel, *sel_n;
+    int sel_stride;
+    int32_t *dense_h;    /* host [n_batch] of -1: "every token dense" */
+    /* n-gram module */
+    float *ple_emb;      /* [n_batch][ple_n_heads * ple_dim] (backend) */
+    float *ple_val;      /* [n_batch][n_embd] */
+    float *ple_gated;    /* [n_batch][hc * n_embd] */
+    float *ple_hist;     /* conv history [(kernel - 1) * ngram_size][hc * n_embd] */
+    size_t ple_hist_len; /* its floats */
+    int32_t *rows_h;     /* [n_batch][ple_n_heads] host */
+    uint8_t *raw_h;      /* the gathered rows as stored, host */
+    float *emb_h;        /* dequantized, host */
+    int32_t prev[Q4X_MAX_NGRAM]; /* the sequence's last tokens, newest first */
+    int n_prev;
+    /* observation (tests) */
+    q4x_qsa_fn qsa_fn;
+    void *qsa_ctx;
+    q4x_rows_fn rows_fn;
+    void *rows_ctx;
+} q4x_state;
+
+static inline q4x_model *q4x_of(const sluice_model *m) { return (q4x_model *)m->arch_priv; }
+static inline q4x_state *q4x_state_of(const model_state *st) { return (q4x_state *)st->arch_state; }
+
+/* Observers for tests (NULL: none). */
+void qwen4exp_observe(model_state *st, q4x_qsa_fn qsa_fn, void *qsa_ctx, q4x_rows_fn rows_fn,
+                      void *rows_ctx);
+
+/* ---- hyperconn.c ---- */
+/* Bind "<prefix>_{norm,down,up,inject}.weight" (inject only when asked). */
+bool hc_load(sluice_model *m, q4x_hc *hc, bool inject, char *err, size_t n, const char *prefix);
+/* Read: x (wide, n rows) -> out [n][n_embd]; with the module's inject weights, also
+ * q4x_state.inject [n][hc]. */
+void hc_read(const sluice_model *m, model_state *st, backend *be, const q4x_hc *hc,
+             const float *x, int n, float *out);
+/* Write: st->x[t][s] += 2 sigmoid(inject[t][s] / hc) * out[t]. */
+void hc_write(const sluice_model *m, model_state *st, backend *be, const float *out, int n);
+
+/* ---- qsa.c ---- */
+bool qsa_load_layer(sluice_model *m, int il, char *err, size_t n);
+/* Gated attention of attention layer il (QSA when the layer has an indexer): st->cur ->
+ * st->tmp. */
+void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0);
+
+/* ---- ngram.c ---- */
+bool ngram_load(sluice_model *m, char *err, size_t n);
+/* The table rows of one token: ctx[0] the token, ctx[j] the token j positions back (-1 when
+ * before the sequence start). rows receives ple_n_heads ids. */
+void ngram_rows(const q4x_model *q, const int32_t *ctx, int32_t *rows);
+/* Rows of a batch (updates nothing): rows [n][ple_n_heads], from the state's history. */
+void ngram_batch_rows(const q4x_model *q, const q4x_state *xs, const int32_t *tokens, int n,
+                      int32_t *rows);
+/* Remember the batch's last tokens as the history of the next one. */
+void ngram_advance(const q4x_model *q, q4x_state *xs, const int32_t *tokens, int n);
+/* The n-gram injection into st->x for the batch whose rows are in xs->rows_h. 0 or -1. */
+int ngram_forward(const sluice_model *m, model_state *st, backend *be, int n, int pos0);
+
+#endif

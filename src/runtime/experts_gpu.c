@@ -1,0 +1,314 @@
+/* GPU expert store: keeps a device backend's expert table current (backend.h: experts_*).
+ *
+ * Resident: the backend holds a device copy of the whole file; every table entry points at the
+ * expert's bytes in that copy, set once.
+ *
+ * Stream: the file stays in host memory, pinned (the backend maps it for the device); a pool of
+ * VRAM slots caches experts. A table entry points at the expert's slot when it is cached, else
+ * at its pinned host bytes. Two ways to use an expert that is not cached:
+ *   copy      the layer's routing comes back to the host, missing experts are copied into
+ *             slots (asynchronously, ordered before the kernels), then the layer runs; the
+ *             router lookahead starts the next layer's copies early (per_layer);
+ *   zerocopy  decode steps run without the host: kernels read missing experts straight from
+ *             pinned memory; after each step the routing is read back (observe) and hot
+ *             experts are promoted into slots, displacing colder ones (decayed hotness, the CPU
+ *             cache's policy). Prefill chunks use the copy path either way.
+ * The slots are filled at load time, so a run starts warm. Which copy a kernel reads never
+ * changes the bytes, so every mode and cache size gives the resident result bit for bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "runtime/cache_policy.h"
+#include "runtime/experts.h"
+#include "runtime/experts_gpu.h"
+
+#define SLOT_ALIGN 256ull
+
+typedef struct gslot {
+    int layer, expert; /* -1 when empty */
+    int pins;
+    uint64_t protect_tick;
+    bool demand_load;  /* loaded by the current demand (counts as a miss at acquire) */
+} gslot;
+
+typedef struct gpu_store {
+    expert_store base;
+    backend *be;
+    const expert_layout *layout;
+    const uint8_t *file;
+    bool resident;
+    uint8_t *pool;          /* device slots */
+    uint64_t slot_bytes;
+    int n_slots;
+    gslot *slots;
+    int32_t *where;         /* [layer][expert] -> slot or -1 */
+    cache_policy *policy;
+    uint64_t demand_tick;
+    int promote_max;        /* promotions per observed step */
+    uint8_t *mark;          /* [n_expert] */
+} gpu_store;
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+uint64_t expert_gpu_slot_bytes(const expert_layout *l) {
+    uint64_t best = 0;
+    for (int i = 0; i < l->n_layer; i++) {
+        const expert_layer_layout *L = &l->layers[i];
+        if (!L->present) continue;
+        uint64_t b = 0;
+        for (int p = 0; p < EXPERT_PARTS; p++) b += round_up(L->part[p].bytes, SLOT_ALIGN);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+static const uint8_t *host_part(const gpu_store *s, int layer, int expert, int p) {
+    return s->file + expert_part_offset(&s->layout->layers[layer].part[p], expert);
+}
+
+static uint8_t *slot_part(const gpu_store *s, int i, int layer, int p) {
+    const expert_layer_layout *L = &s->layout->layers[layer];
+    uint64_t off = 0;
+    for (int q = 0; q < p; q++) off += round_up(L->part[q].bytes, SLOT_ALIGN);
+    return s->pool + (uint64_t)i * s->slot_bytes + off;
+}
+
+static void point_host(gpu_store *s, int layer, int expert) {
+    s->be->ops->experts_set(s->be, layer, expert, host_part(s, layer, expert, EXPERT_GATE),
+                            host_part(s, layer, expert, EXPERT_UP),
+                            host_part(s, layer, expert, EXPERT_DOWN));
+}
+
+static int key_of(const gpu_store *s, int layer, int expert) { return layer * s->base.n_expert + expert; }
+
+/* Copy (layer, expert) into slot i (queued on the backend's stream) and point the table at it. */
+static void load(gpu_store *s, int i, int layer, int expert) {
+    gslot *sl = &s->slots[i];
+    sl->layer = layer;
+    sl->expert = expert;
+    s->where[key_of(s, layer, expert)] = i;
+    const expert_layer_layout *L = &s->layout->layers[layer];
+    for (int p = 0; p < EXPERT_PARTS; p++) {
+        s->be->ops->copy_async(s->be, slot_part(s, i, layer, p), host_part(s, layer, expert, p),
+                               L->part[p].bytes);
+        s->base.stats.bytes_read += L->part[p].bytes;
+        s->base.stats.reads++;
+    }
+    s->be->ops->experts_set(s->be, layer, expert, slot_part(s, i, layer, EXPERT_GATE),
+                            slot_part(s, i, layer, EXPERT_UP), slot_part(s, i, layer, EXPERT_DOWN));
+}
+
+static void evict(gpu_store *s, int i) {
+    gslot *sl = &s->slots[i];
+    if (sl->layer < 0) return;
+    s->where[key_of(s, sl->layer, sl->expert)] = -1;
+    point_host(s, sl->layer, sl->expert);
+    sl->layer = sl->expert = -1;
+    sl->demand_load = false;
+    s->base.stats.evictions++;
+}
+
+static bool evictable(const gpu_store *s, const gslot *sl) {
+    return sl->pins == 0 && sl->protect_tick != s->demand_tick;
+}
+
+static int find_victim(const gpu_store *s) {
+    int best = -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        const gslot *sl = &s->slots[i];
+        if (sl->layer < 0) return i;
+        if (!evictable(s, sl)) continue;
+        if (best < 0 || cache_policy_prefer_evict(s->policy, key_of(s, sl->layer, sl->expert),
+                                                  key_of(s, s->slots[best].layer, s->slots[best].expert)))
+            best = i;
+    }
+    return best;
+}
+
+static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *out) {
+    gpu_store *s = (gpu_store *)base;
+    const expert_layer_layout *L = &s->layout->layers[layer];
+    base->stats.acquires++;
+    if (s->resident) {
+        base->stats.hits++;
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            tview v = expert_part_view(&L->part[p], host_part(s, layer, expert, p));
+            if (p == EXPERT_GATE) out->gate = v;
+            else if (p == EXPERT_UP) out->up = v;
+            else out->down = v;
+        }
+        return 0;
+    }
+    int i = s->where[key_of(s, layer, expert)];
+    if (i >= 0 && !s->slots[i].demand_load) {
+        base->stats.hits++;
+    } else {
+        base->stats.misses++;
+        if (i < 0) {
+            i = find_victim(s);
+            if (i < 0) {
+                sluice_set_error("GPU expert cache of %d slots is too small: all are in use", s->n_slots);
+                return -1;
+            }
+            evict(s, i);
+            load(s, i, layer, expert);
+        }
+    }
+    gslot *sl = &s->slots[i];
+    sl->demand_load = false;
+    sl->pins++;
+    cache_policy_touch(s->policy, key_of(s, layer, expert));
+    out->gate = expert_part_view(&L->part[EXPERT_GATE], slot_part(s, i, layer, EXPERT_GATE));
+    out->up = expert_part_view(&L->part[EXPERT_UP], slot_part(s, i, layer, EXPERT_UP));
+    out->down = expert_part_view(&L->part[EXPERT_DOWN], slot_part(s, i, layer, EXPERT_DOWN));
+    return 0;
+}
+
+static void gpu_release(expert_store *base, int layer, int expert) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->resident) return;
+    int i = s->where[key_of(s, layer, expert)];
+    if (i < 0) return;
+    if (s->slots[i].pins > 0) s->slots[i].pins--;
+    s->slots[i].protect_tick = 0;
+}
+
+static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, int n, bool demand) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->resident) return;
+    if (demand) s->demand_tick++;
+    for (int k = 0; k < n; k++) {
+        int i = s->where[key_of(s, layer, experts[k])];
+        if (i >= 0) {
+            if (demand) s->slots[i].protect_tick = s->demand_tick;
+            continue;
+        }
+        i = find_victim(s);
+        if (i < 0) break; /* acquire reports it if the layer cannot fit */
+        evict(s, i);
+        load(s, i, layer, experts[k]);
+        s->slots[i].demand_load = demand;
+        if (demand) s->slots[i].protect_tick = s->demand_tick;
+    }
+}
+
+/* After a decode step without the host (zerocopy): count hits and misses per unique expert and
+ * promote missed experts that are hotter than the coldest cached one. */
+static int gpu_observe(expert_store *base, int layer, const int32_t *experts, int n) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->resident) {
+        base->stats.acquires += (uint64_t)n;
+        base->stats.hits += (uint64_t)n;
+        return 0;
+    }
+    int promoted = 0;
+    for (int k = 0; k < n; k++) {
+        const int e = experts[k];
+        if (e < 0 || e >= base->n_expert || s->mark[e]) continue;
+        s->mark[e] = 1;
+        base->stats.acquires++;
+        const int key = key_of(s, layer, e);
+        cache_policy_touch(s->policy, key);
+        if (s->where[key] >= 0) {
+            base->stats.hits++;
+            continue;
+        }
+        base->stats.misses++;
+        if (promoted >= s->promote_max) continue;
+        const int v = find_victim(s);
+        if (v < 0) continue;
+        const gslot *vs = &s->slots[v];
+        if (vs->layer >= 0 && !cache_policy_prefer_evict(s->policy, key_of(s, vs->layer, vs->expert), key))
+            continue; /* the coldest cached expert is still hotter than this one */
+        evict(s, v);
+        load(s, v, layer, e);
+        promoted++;
+    }
+    for (int k = 0; k < n; k++)
+        if (experts[k] >= 0 && experts[k] < base->n_expert) s->mark[experts[k]] = 0;
+    return 0;
+}
+
+static void gpu_free(expert_store *base) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->pool) {
+        s->be->ops->sync(s->be);
+        be_mfree(s->be, s->pool);
+    }
+    cache_policy_free(s->policy);
+    free(s->slots);
+    free(s->where);
+    free(s->mark);
+    free(s);
+}
+
+static const expert_store_ops gpu_ops = {
+    .name = "gpu",
+    .acquire = gpu_acquire,
+    .release = gpu_release,
+    .prefetch = gpu_prefetch,
+    .free = gpu_free,
+    .observe = gpu_observe,
+};
+
+expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t err_len) {
+    const expert_layout *l = p->layout;
+    gpu_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    s->base.ops = &gpu_ops;
+    s->base.n_layer = l->n_layer;
+    s->base.n_expert = l->n_expert;
+    s->base.device_table = true;
+    s->be = p->be;
+    s->layout = l;
+    s->file = p->file;
+    s->resident = p->resident;
+    s->base.streaming = !p->resident;
+    s->base.per_layer = !p->resident && !p->zerocopy;
+    s->promote_max = p->promote_max > 0 ? p->promote_max : 16;
+    s->mark = calloc((size_t)l->n_expert, 1);
+    if (!s->mark || p->be->ops->experts_init(p->be, l) != 0) {
+        snprintf(err, err_len, "cannot set up the device expert table");
+        gpu_free(&s->base);
+        return NULL;
+    }
+    /* every entry starts at the expert's bytes in the mapped file: the device copy when
+     * resident, the pinned host bytes when streaming */
+    for (int i = 0; i < l->n_layer; i++)
+        if (l->layers[i].present)
+            for (int e = 0; e < l->n_expert; e++) point_host(s, i, e);
+    if (!p->resident) {
+        s->slot_bytes = expert_gpu_slot_bytes(l);
+        s->n_slots = s->slot_bytes ? (int)(p->cache_bytes / s->slot_bytes) : 0;
+        s->slots = calloc((size_t)(s->n_slots > 0 ? s->n_slots : 1), sizeof *s->slots);
+        s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
+        s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert, (double)s->n_slots);
+        s->pool = s->n_slots > 0 ? be_alloc(p->be, (size_t)(s->slot_bytes * (uint64_t)s->n_slots)) : NULL;
+        if (s->n_slots < 1 || !s->slots || !s->where || !s->policy || !s->pool) {
+            snprintf(err, err_len, "cannot allocate a GPU expert cache of %d slots of %llu bytes",
+                     s->n_slots, (unsigned long long)s->slot_bytes);
+            gpu_free(&s->base);
+            return NULL;
+        }
+        for (size_t i = 0; i < (size_t)l->n_layer * l->n_expert; i++) s->where[i] = -1;
+        for (int i = 0; i < s->n_slots; i++) s->slots[i].layer = s->slots[i].expert = -1;
+        /* warm start: fill the slots expert-major across the layers (an equal share each) */
+        int i = 0;
+        for (int e = 0; e < l->n_expert && i < s->n_slots; e++)
+            for (int L = 0; L < l->n_layer && i < s->n_slots; L++)
+                if (l->layers[L].present) load(s, i++, L, e);
+        s->base.stats.bytes_read = 0;
+        s->base.stats.reads = 0;
+    }
+    p->be->ops->sync(p->be);
+    return &s->base;
+}
+
+int expert_store_gpu_slots(const expert_store *base) {
+    return base->ops == &gpu_ops ? ((const gpu_store *)base)->n_slots : 0;
+}
