@@ -18,3 +18,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+
+# The CUDA backend is compiled whenever a CUDA compiler is found (CMake looks in PATH and
+# /usr/local/cuda/bin); there is no GPU in CI, but the code must keep compiling. Without one,
+# take Debian's toolkit (nvidia-cuda-toolkit, in the contrib/non-free components) when apt
+# offers it; SLUICE_NO_CUDA=1 skips this.
+if [ -z "${SLUICE_NO_CUDA:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1; then
+    echo "installing: nvidia-cuda-toolkit (compiles the CUDA backend)"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nvidia-cuda-toolkit ||
+      echo "deps: nvidia-cuda-toolkit did not install; the CUDA backend will not be built"
+  else
+    echo "deps: no CUDA compiler and no nvidia-cuda-toolkit package (enable contrib/non-free);" \
+         "the CUDA backend will not be built"
+  fi
+fi

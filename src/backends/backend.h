@@ -218,7 +218,10 @@ typedef struct backend_ops {
      * one forward pass whose ops are recorded and then launched. */
     bool (*graph_replay)(backend *b, uint64_t key, const int32_t *tokens, int n, int pos0);
     void (*capture_begin)(backend *b, uint64_t key);
+    /* 0; 1: the pass was only recorded and could not be captured (run it again); -1 */
     int (*capture_end)(backend *b, bool ok);
+    /* Forget the graph of key (its buffers are about to be freed). */
+    void (*graph_drop)(backend *b, uint64_t key);
 } backend_ops;
 
 struct backend {

@@ -68,6 +68,12 @@ static bool set_value(const cli_opt *o, const char *v) {
     }
     case OPT_SIZE: return cli_parse_size(v, (uint64_t *)o->target);
     case OPT_STR: *(const char **)o->target = v; return true;
+    case OPT_LIST: {
+        cli_list *l = o->target;
+        if (l->n >= CLI_LIST_MAX) return false;
+        l->v[l->n++] = v;
+        return true;
+    }
     case OPT_FLAG: return false;
     }
     return false;

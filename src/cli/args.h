@@ -14,7 +14,14 @@ typedef enum opt_kind {
     OPT_STR,   /* const char * */
     OPT_U64,   /* uint64_t */
     OPT_SIZE,  /* uint64_t bytes: 123, 4K, 8M, 16G (binary units) */
+    OPT_LIST,  /* cli_list: every occurrence appends its value */
 } opt_kind;
+
+#define CLI_LIST_MAX 32
+typedef struct cli_list {
+    const char *v[CLI_LIST_MAX];
+    int n;
+} cli_list;
 
 typedef struct cli_opt {
     const char *lng;     /* "--temp" */

@@ -11,7 +11,7 @@
 #include "cli/plan_opts.h"
 #include "tools/trace.h"
 
-#define DEFAULT_PROMPT "Once upon a time"
+#define DEFAULT_PROMPT "In the beginning"
 #define SEED_RANDOM UINT64_MAX
 
 int cmd_run(int argc, char **argv) {
@@ -24,7 +24,7 @@ int cmd_run(int argc, char **argv) {
     const char *trace_path = NULL; /* --trace-routing */
     trace_writer *tw = NULL;
     const cli_opt base_opts[] = {
-        {"--model", "-m", OPT_STR, &model, "FILE", "GGUF model (default: the embedded stories260K)"},
+        {"--model", "-m", OPT_STR, &model, "FILE", "GGUF model (default: the embedded sluice-moe-tiny)"},
         {"--prompt", "-p", OPT_STR, &prompt, "TEXT", "prompt text (default model: \"" DEFAULT_PROMPT "\")"},
         {"--file", "-f", OPT_STR, &file, "FILE", "read the prompt from a file"},
         {"--n-predict", "-n", OPT_INT, &n_predict, "N", "tokens to generate (default 256)"},
@@ -51,8 +51,9 @@ int cmd_run(int argc, char **argv) {
     const cli_cmd cmd = {"run", "[-m MODEL] [-p PROMPT | -f FILE] [-n N] [options]",
                          "Generate text. The generated text streams to stdout; prompt and "
                          "generation speed (tokens/s) go to stderr.",
-                         "Without -m, sluice runs its embedded default model (stories260K, a "
-                         "tiny story model) on \"" DEFAULT_PROMPT "\".",
+                         "Without -m, sluice runs its embedded default model (sluice-moe-tiny, "
+                         "a 12.7M-parameter qwen3moe trained on the King James Bible) on \""
+                         DEFAULT_PROMPT "\".",
                          opts, n_opts, 0};
     const char *pos[1];
     int n_pos;

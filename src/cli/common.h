@@ -7,7 +7,7 @@
 
 #include "sluice.h"
 
-#define DEFAULT_MODEL_NAME "stories260K (embedded)"
+#define DEFAULT_MODEL_NAME "sluice-moe-tiny (embedded)"
 
 /* Load the model at path, or the embedded default model when path is NULL. Reports errors. */
 sluice_model *cli_load_model(const char *cmd, const char *path);

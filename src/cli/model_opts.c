@@ -18,7 +18,7 @@ static int add(cli_opt *opts, int n, int cap, const cli_opt *src, int k) {
 
 int cli_add_model_opts(cli_opt *opts, int n, int cap, cli_model_opts *mo) {
     const cli_opt group[] = {
-        {"--model", "-m", OPT_STR, &mo->path, "FILE", "GGUF model (default: the embedded stories260K)"},
+        {"--model", "-m", OPT_STR, &mo->path, "FILE", "GGUF model (default: the embedded sluice-moe-tiny)"},
         {"--ctx-size", "-c", OPT_INT, &mo->n_ctx, "N", "context positions (default: the model's trained length, at most 4096)"},
         {"--batch-size", "-b", OPT_INT, &mo->n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {"--threads", "-t", OPT_INT, &mo->n_threads, "N", "CPU threads (default: all cores)"},

@@ -19,6 +19,15 @@ int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
         {"--io-depth", NULL, OPT_INT, &po->io_depth, "N", "expert reads in flight (default 64)"},
         {"--no-prefetch", NULL, OPT_FLAG, &po->no_prefetch, NULL, "no router-lookahead prefetch of the next layer's experts"},
         {"--verify-reads", NULL, OPT_FLAG, &po->verify_reads, NULL, "check each expert record's CRC-32 as it is read (stores only)"},
+        {"--gpu", NULL, OPT_FLAG, &po->gpu, NULL, "compute on the GPU (same as --backend cuda)"},
+        {"--backend", NULL, OPT_STR, &po->backend, "cpu|cuda", "where sessions compute (default cpu)"},
+        {"--gpu-budget", NULL, OPT_SIZE, &po->gpu_budget, "SIZE", "GPU memory the model may use (default: the free memory); smaller values emulate smaller GPUs"},
+        {"--gpu-miss", NULL, OPT_STR, &po->gpu_miss, "copy|zerocopy", "GPU streaming: copy a missing expert into VRAM after routing (default) or read it from pinned host memory"},
+        {"--no-graph", NULL, OPT_FLAG, &po->no_graph, NULL, "GPU: do not capture decode steps as CUDA graphs"},
+        {"--gpu-profile", NULL, OPT_FLAG, &po->gpu_profile, NULL, "GPU: time every device operation and print the table at exit (slow)"},
+        {"--override-kv", NULL, OPT_LIST, &po->override_kv, "KEY=TYPE:VALUE", "override a metadata value (TYPE int, float, bool or str) as llama.cpp's --override-kv does; repeatable"},
+        {"--ngram", NULL, OPT_STR, &po->ngram, "auto|resident|disk", "qwen4exp's n-gram table: mapped, or rows read on demand into a row cache (default auto: mapped when the whole model fits)"},
+        {"--ngram-cache", NULL, OPT_INT, &po->ngram_cache, "ROWS", "rows of the on-demand n-gram row cache (default: the planner's)"},
     };
     const int k = (int)(sizeof group / sizeof group[0]);
     if (n < 0 || n + k > cap) return -1;
@@ -66,6 +75,40 @@ bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_para
     mp->io_depth = po->io_depth;
     mp->no_prefetch = po->no_prefetch;
     mp->verify_reads = po->verify_reads;
+    if (po->backend && strcmp(po->backend, "cpu") != 0 && strcmp(po->backend, "cuda") != 0) {
+        fprintf(stderr, "sluice %s: --backend must be cpu or cuda\n", cmd);
+        return false;
+    }
+    if (po->gpu_miss && strcmp(po->gpu_miss, "copy") != 0 && strcmp(po->gpu_miss, "zerocopy") != 0) {
+        fprintf(stderr, "sluice %s: --gpu-miss must be copy or zerocopy\n", cmd);
+        return false;
+    }
+    const bool gpu = po->gpu || (po->backend && strcmp(po->backend, "cuda") == 0);
+    if (!gpu && (po->gpu_budget || po->gpu_miss || po->no_graph || po->gpu_profile)) {
+        fprintf(stderr, "sluice %s: --gpu-budget, --gpu-miss, --no-graph and --gpu-profile go with --gpu\n", cmd);
+        return false;
+    }
+    mp->backend = gpu ? SLUICE_BACKEND_CUDA : SLUICE_BACKEND_CPU;
+    mp->gpu_budget = po->gpu_budget;
+    mp->gpu_miss = po->gpu_miss && strcmp(po->gpu_miss, "zerocopy") == 0 ? SLUICE_GPU_MISS_ZEROCOPY
+                                                                          : SLUICE_GPU_MISS_COPY;
+    mp->no_graph = po->no_graph;
+    mp->gpu_profile = po->gpu_profile;
+    mp->override_kv = po->override_kv.v;
+    mp->n_override_kv = po->override_kv.n;
+    if (po->ngram && strcmp(po->ngram, "auto") != 0 && strcmp(po->ngram, "resident") != 0 &&
+        strcmp(po->ngram, "disk") != 0) {
+        fprintf(stderr, "sluice %s: --ngram must be auto, resident or disk\n", cmd);
+        return false;
+    }
+    mp->ngram_mode = !po->ngram || strcmp(po->ngram, "auto") == 0 ? SLUICE_MODE_AUTO
+                     : strcmp(po->ngram, "resident") == 0        ? SLUICE_MODE_RESIDENT
+                                                                 : SLUICE_MODE_STREAM;
+    if (po->ngram_cache < 0 || po->ngram_cache > (1 << 28)) {
+        fprintf(stderr, "sluice %s: --ngram-cache must be between 1 and %d rows\n", cmd, 1 << 28);
+        return false;
+    }
+    mp->ngram_cache_rows = po->ngram_cache;
     return true;
 }
 

@@ -1,6 +1,7 @@
 /* The memory-plan flags shared by every command that loads a model (run, logits, bench,
  * perplexity, serve): --plan [--json], --resident, --stream, --cache, --mem-budget, --io,
- * --io-depth, --no-prefetch, --verify-reads. */
+ * --io-depth, --no-prefetch, --verify-reads, and what else concerns loading: --override-kv
+ * (metadata overrides), --ngram and --ngram-cache (qwen4exp's n-gram table tier). */
 #ifndef SLUICE_CLI_PLAN_OPTS_H
 #define SLUICE_CLI_PLAN_OPTS_H
 
@@ -16,6 +17,17 @@ typedef struct cli_plan_opts {
     uint64_t mem_budget;
     const char *io;      /* "direct" or "page" */
     int io_depth;
+    /* GPU (CUDA builds): --gpu / --backend cuda, --gpu-budget, --gpu-miss, --no-graph,
+     * --gpu-profile */
+    bool gpu, no_graph, gpu_profile;
+    const char *backend;  /* "cpu" or "cuda" */
+    uint64_t gpu_budget;
+    const char *gpu_miss; /* "copy" or "zerocopy" */
+    /* --override-kv KEY=TYPE:VALUE (repeatable, as llama.cpp's); qwen4exp's n-gram table:
+     * --ngram auto|resident|disk, --ngram-cache ROWS */
+    cli_list override_kv;
+    const char *ngram;
+    int ngram_cache;
 } cli_plan_opts;
 
 /* Append the flags to opts[n..cap); returns the new count or -1 when cap is too small. */

@@ -86,6 +86,7 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
 
 void sluice_session_free(sluice_session *s) {
     if (!s) return;
+    if (s->be && s->be->ops->graph_drop) s->be->ops->graph_drop(s->be, (uint64_t)(uintptr_t)s);
     if (s->st) s->m->arch->state_free(s->st);
     if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
@@ -104,7 +105,7 @@ static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float 
                        !all_logits && moe_host_free(m, s->st, be);
     int rc;
     if (graph) {
-        const uint64_t key = 1; /* the decode step; its buffers are the session's */
+        const uint64_t key = (uint64_t)(uintptr_t)s; /* the session's decode step */
         if (be->ops->graph_replay(be, key, tokens, n, s->pos)) {
             rc = 0;
         } else {

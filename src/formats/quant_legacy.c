@@ -68,8 +68,12 @@ static float e8m0_half(uint8_t e) {
 }
 
 /* ---- Q8_0 / Q8_1: activation encodings ---------------------------------------------------
- * ggml's reference rounding (quantize_row_q8_0_ref): d = amax / 127, id = d ? 1/d : 0,
- * q = roundf(x * id) (half away from zero). */
+ * ggml's x86 encoder (quantize_row_q8_0/q8_1 in ggml-cpu/arch/x86, the one llama.cpp runs on
+ * these machines): d = amax / 127, id = amax ? 127 / amax : 0, q = round-to-nearest-even(x * id).
+ * ggml's portable reference (id = 1/d, roundf) differs from it where x * id lands on or next to
+ * a half: rare for smooth activations, but frequent when the activations are themselves
+ * dequantized values (a Q5_0 embedding table's rows are small multiples of one scale), where a
+ * different code changes the result by ~1e-3 (qwen4exp's quantized fixtures need this one). */
 
 static float q8_block_scale(const float *x, float *id) {
     float amax = 0.0f;
@@ -78,7 +82,7 @@ static float q8_block_scale(const float *x, float *id) {
         if (a > amax) amax = a;
     }
     float d = amax / 127.0f;
-    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
     return d;
 }
 
@@ -88,7 +92,7 @@ void quant_quantize_q8_0(const float *src, void *dst, int64_t n) {
         float id;
         float d = q8_block_scale(src, &id);
         store_f16(b, d);
-        for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(src[j] * id);
+        for (int j = 0; j < QK; j++) b[2 + j] = (uint8_t)(int8_t)nearbyintf(src[j] * id);
     }
 }
 
@@ -119,7 +123,7 @@ void quant_quantize_q8_1(const float *src, void *dst, int64_t n) {
         float d = q8_block_scale(src, &id);
         int32_t qsum = 0;
         for (int j = 0; j < QK; j++) {
-            int8_t q = (int8_t)roundf(src[j] * id);
+            int8_t q = (int8_t)nearbyintf(src[j] * id);
             b[4 + j] = (uint8_t)q;
             qsum += q;
         }

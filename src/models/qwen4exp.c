@@ -471,6 +471,35 @@ static void q4x_prefetch(const sluice_model *m, model_state *st, const int32_t *
     }
 }
 
+/* Decoding: the next token is one of the likeliest now, and its n-gram rows depend only on it
+ * and on the tokens already known, so the reads of the rows of the best few candidates start
+ * here, a whole forward pass before the n-gram layer needs them (greedy decoding always
+ * picks the first; a sampled token outside them is read on demand as before). */
+#define Q4X_NEXT_CANDIDATES 4
+static void prefetch_candidates(const sluice_model *m, model_state *st, const float *logits) {
+    const q4x_model *q = q4x_of(m);
+    if (!m->ngram || !ngram_table_streaming(m->ngram)) return;
+    int32_t best[Q4X_NEXT_CANDIDATES];
+    float val[Q4X_NEXT_CANDIDATES];
+    int k = 0;
+    for (int32_t v = 0; v < m->hp.n_vocab; v++) {
+        const float x = logits[v];
+        if (k == Q4X_NEXT_CANDIDATES && !(x > val[k - 1])) continue;
+        int i = k < Q4X_NEXT_CANDIDATES ? k++ : k - 1;
+        while (i > 0 && x > val[i - 1]) {
+            val[i] = val[i - 1];
+            best[i] = best[i - 1];
+            i--;
+        }
+        val[i] = x;
+        best[i] = v;
+    }
+    int32_t rows[Q4X_NEXT_CANDIDATES * Q4X_MAX_HEADS];
+    for (int c = 0; c < k; c++)
+        ngram_batch_rows(q, st->arch_state, &best[c], 1, rows + (size_t)c * q->ple_n_heads);
+    ngram_table_prefetch(m->ngram, rows, k * q->ple_n_heads);
+}
+
 /* logits of n_out rows of mixed output (backend memory) */
 static void output_logits(const sluice_model *m, model_state *st, backend *be, const float *rows,
                           int n_out, float *logits) {
@@ -518,6 +547,7 @@ static int q4x_forward(const sluice_model *m, model_state *st, backend *be,
     const float *rows = all_logits ? st->x : st->x + (size_t)(n - 1) * W;
     hc_read(m, st, be, &q->out_hc, rows, n_out, st->cur);
     output_logits(m, st, be, st->cur, n_out, logits);
+    if (q->ple_layer >= 0) prefetch_candidates(m, st, logits + (size_t)(n_out - 1) * hp->n_vocab);
     return 0;
 }
 

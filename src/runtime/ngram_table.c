@@ -322,6 +322,7 @@ int ngram_table_gather(ngram_table *t, const int32_t *rows, int n, uint8_t *dst)
         t->stats.hits += (uint64_t)n;
         return 0;
     }
+    io_poll(t->io); /* reads that have landed count as landed: only real waits are stalls */
     for (int i = 0; i < n; i++) {
         int32_t s = index_find(t, rows[i]);
         if (s >= 0 && t->slots[s].state == SLOT_READY) {

@@ -65,6 +65,66 @@ static bool is_recurrent(const synth_preset *p, int il) {
     return p->arch != SYNTH_QWEN3MOE && (il + 1) % p->full_attn_interval != 0;
 }
 
+/* qwen4exp's primes: the n-gram head moduli are consecutive primes from ple_base. */
+static int64_t next_prime(int64_t v) {
+    for (;; v++) {
+        bool prime = v >= 2;
+        for (int64_t d = 2; prime && d * d <= v; d++) prime = v % d != 0;
+        if (prime) return v;
+    }
+}
+
+/* A qwen4exp layer (llama.cpp's load_arch_tensors shapes): two hyper-connection modules
+ * instead of norms, Gated DeltaNet or gated attention with the QSA indexer, the n-gram module
+ * on its layer, and the MoE with a shared expert. */
+static bool plan_layer_q4x(plan *pl, const synth_preset *p, int il) {
+    const int64_t E = p->n_embd, W = (int64_t)p->hc * E, R = p->hc_rank;
+    const int64_t hd = p->head_dim, H = p->n_head, KV = p->n_head_kv, Fs = p->n_ff_shexp;
+    const float w = 1.0f / sqrtf((float)E), rs = 1.0f / sqrtf((float)p->n_layer);
+    static const char *const mods[2] = {"attn", "ffn"};
+    bool ok = true;
+    for (int k = 0; k < 2 && ok; k++)
+        ok = add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.hc_%s_norm.weight", il, mods[k]) &&
+             add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)W), il, 2, W, R, 1, "blk.%d.hc_%s_down.weight", il, mods[k]) &&
+             add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)R), il, 2, R, W, 1, "blk.%d.hc_%s_up.weight", il, mods[k]) &&
+             add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)W), il, 2, W, p->hc, 1, "blk.%d.hc_%s_inject.weight", il, mods[k]);
+    if (!is_recurrent(p, il)) {
+        ok = ok && add(pl, ROLE_WEIGHT, w, il, 2, E, 2 * H * hd, 1, "blk.%d.attn_q.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, KV * hd, 1, "blk.%d.attn_k.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, KV * hd, 1, "blk.%d.attn_v.weight", il) &&
+             add(pl, ROLE_RESID, rs / sqrtf((float)(H * hd)), il, 2, H * hd, E, 1, "blk.%d.attn_output.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, hd, 1, 1, "blk.%d.attn_q_norm.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, hd, 1, 1, "blk.%d.attn_k_norm.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, (int64_t)p->idx_head * p->idx_dim, 1, "blk.%d.indexer.q_proj.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, p->idx_dim, 1, "blk.%d.indexer.k_proj.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, p->idx_dim, 1, 1, "blk.%d.indexer.q_norm.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, p->idx_dim, 1, 1, "blk.%d.indexer.k_norm.weight", il);
+    } else {
+        const int64_t vh = p->ssm_v_heads, kdim = (int64_t)p->ssm_state * p->ssm_group,
+                      vdim = (int64_t)p->ssm_state * vh;
+        ok = ok && add(pl, ROLE_WEIGHT, w, il, 2, E, 2 * kdim + vdim, 1, "blk.%d.attn_qkv.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, vdim, 1, "blk.%d.attn_gate.weight", il) &&
+             add(pl, ROLE_CONV, 0.5f, il, 2, p->ssm_conv, 2 * kdim + vdim, 1, "blk.%d.ssm_conv1d.weight", il) &&
+             add(pl, ROLE_SSM_DT, 0, il, 1, vh, 1, 1, "blk.%d.ssm_dt.bias", il) &&
+             add(pl, ROLE_SSM_A, 0, il, 1, vh, 1, 1, "blk.%d.ssm_a", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, p->ssm_state, 1, 1, "blk.%d.ssm_norm.weight", il) &&
+             add(pl, ROLE_RESID, rs / sqrtf((float)vdim), il, 2, vdim, E, 1, "blk.%d.ssm_out.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, vh, 1, "blk.%d.ssm_beta.weight", il) &&
+             add(pl, ROLE_WEIGHT, w, il, 2, E, vh, 1, "blk.%d.ssm_alpha.weight", il);
+    }
+    if (il == p->ple_layer)
+        ok = ok && add(pl, ROLE_WEIGHT, w, il, 2, E, W, 1, "blk.%d.ple_key.weight", il) &&
+             add(pl, ROLE_RESID, rs * w, il, 2, E, E, 1, "blk.%d.ple_value.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.ple_norm_key.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.ple_norm_query.weight", il) &&
+             add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.ple_norm_conv.weight", il) &&
+             add(pl, ROLE_CONV, 0.1f, il, 2, p->ssm_conv, W, 1, "blk.%d.ple_conv1d.weight", il);
+    return ok && add(pl, ROLE_WEIGHT, w, il, 1, E, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight", il) &&
+           add(pl, ROLE_WEIGHT, w, il, 2, E, Fs, 1, "blk.%d.ffn_gate_shexp.weight", il) &&
+           add(pl, ROLE_WEIGHT, w, il, 2, E, Fs, 1, "blk.%d.ffn_up_shexp.weight", il) &&
+           add(pl, ROLE_RESID, rs / sqrtf((float)Fs), il, 2, Fs, E, 1, "blk.%d.ffn_down_shexp.weight", il);
+}
+
 /* The tensors of one layer, in llama.cpp's create_tensor shapes (ne order, innermost first). */
 static bool plan_layer(plan *pl, const synth_preset *p, int il) {
     const int64_t E = p->n_embd, X = p->n_expert, F = p->n_ff_exp, Fs = p->n_ff_shexp;
@@ -73,8 +133,14 @@ static bool plan_layer(plan *pl, const synth_preset *p, int il) {
     /* writes into the residual stream are scaled down by sqrt(n_layer) so that its size stays
      * near the embedding's at every depth (the routers' skew assumes that) */
     const float rs = 1.0f / sqrtf((float)p->n_layer);
-    bool ok = add(pl, ROLE_NORM, 0, il, 1, E, 1, 1, "blk.%d.attn_norm.weight", il);
-    if (p->arch == SYNTH_QWEN3MOE) {
+    if (p->arch == SYNTH_QWEN4EXP) { /* no norms: hyper-connections (and the same MoE) */
+        if (!plan_layer_q4x(pl, p, il)) return false;
+    }
+    bool ok = p->arch == SYNTH_QWEN4EXP ||
+              add(pl, ROLE_NORM, 0, il, 1, E, 1, 1, "blk.%d.attn_norm.weight", il);
+    if (p->arch == SYNTH_QWEN4EXP) {
+        /* done above */
+    } else if (p->arch == SYNTH_QWEN3MOE) {
         ok = ok && add(pl, ROLE_WEIGHT, w, il, 2, E, H * hd, 1, "blk.%d.attn_q.weight", il) &&
              add(pl, ROLE_WEIGHT, w, il, 2, E, KV * hd, 1, "blk.%d.attn_k.weight", il) &&
              add(pl, ROLE_WEIGHT, w, il, 2, E, KV * hd, 1, "blk.%d.attn_v.weight", il) &&
@@ -131,9 +197,23 @@ static int cmp_name(const void *a, const void *b) {
 /* Tensors in llama-quantize's output order (by layer, then by name), with their types. */
 static int build_plan(plan *pl, const synth_preset *p, synth_mix mix, char *err, size_t n) {
     const int64_t E = p->n_embd, V = p->n_vocab;
-    if (!add(pl, ROLE_OUTPUT, 2.0f / sqrtf((float)E), -1, 2, E, V, 1, "output.weight") ||
-        !add(pl, ROLE_NORM, 0, -1, 1, E, 1, 1, "output_norm.weight") ||
-        !add(pl, ROLE_EMBD, 1.0f, -1, 2, E, V, 1, "token_embd.weight"))
+    if (p->arch == SYNTH_QWEN4EXP) {
+        /* no output norm: the final hyper-connection mixer; the n-gram table, its rows padded
+         * to a multiple of 128 as the converter does */
+        const int64_t W = (int64_t)p->hc * E, heads = 2 * (int64_t)p->ple_heads;
+        int64_t rows = 0, m = p->ple_base;
+        for (int64_t h = 0; h < heads; h++, m++) rows += (m = next_prime(m));
+        rows = (rows + 127) / 128 * 128;
+        if (!add(pl, ROLE_OUTPUT, 2.0f / sqrtf((float)E), -1, 2, E, V, 1, "output.weight") ||
+            !add(pl, ROLE_NORM, 0, -1, 1, W, 1, 1, "output_hc_norm.weight") ||
+            !add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)W), -1, 2, W, p->hc_rank, 1, "output_hc_down.weight") ||
+            !add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)p->hc_rank), -1, 2, p->hc_rank, W, 1, "output_hc_up.weight") ||
+            !add(pl, ROLE_WEIGHT, 1.0f, -1, 2, p->ple_dim, rows, 1, "per_layer_token_embd.weight") ||
+            !add(pl, ROLE_EMBD, 1.0f, -1, 2, E, V, 1, "token_embd.weight"))
+            goto oom;
+    } else if (!add(pl, ROLE_OUTPUT, 2.0f / sqrtf((float)E), -1, 2, E, V, 1, "output.weight") ||
+               !add(pl, ROLE_NORM, 0, -1, 1, E, 1, 1, "output_norm.weight") ||
+               !add(pl, ROLE_EMBD, 1.0f, -1, 2, E, V, 1, "token_embd.weight"))
         goto oom;
     for (int il = 0; il < p->n_layer; il++) {
         int first = pl->n;
@@ -189,7 +269,7 @@ static int write_metadata(gguf_writer *w, const synth_preset *p, const synth_opt
               gguf_w_f32(w, KEY("rope.freq_base"), p->rope_base) == 0;
     if (ok && p->arch != SYNTH_QWEN3MOE) {
         ok = gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)p->n_rot) == 0 &&
-             (p->arch != SYNTH_QWEN35MOE ||
+             (p->arch == SYNTH_QWEN3NEXT ||
               gguf_w_arr(w, KEY("rope.dimension_sections"), GGUF_VT_I32, p->rope_sections, 4) == 0) &&
              gguf_w_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)p->n_ff_shexp) == 0 &&
              gguf_w_u32(w, KEY("ssm.conv_kernel"), (uint32_t)p->ssm_conv) == 0 &&
@@ -198,6 +278,43 @@ static int write_metadata(gguf_writer *w, const synth_preset *p, const synth_opt
              gguf_w_u32(w, KEY("ssm.time_step_rank"), (uint32_t)p->ssm_v_heads) == 0 &&
              gguf_w_u32(w, KEY("ssm.inner_size"), (uint32_t)(p->ssm_v_heads * p->ssm_state)) == 0 &&
              gguf_w_u32(w, KEY("full_attention_interval"), (uint32_t)p->full_attn_interval) == 0;
+    }
+    if (ok && p->arch == SYNTH_QWEN4EXP) {
+        /* llama.cpp's qwen4exp keys; the n-gram arrays are u64 as the converter writes them */
+        int32_t ratios[256];
+        uint8_t recurrent[256];
+        const int nl = p->n_layer < 256 ? p->n_layer : 256;
+        for (int il = 0; il < nl; il++) {
+            recurrent[il] = is_recurrent(p, il);
+            ratios[il] = recurrent[il] ? 0 : p->idx_ratio;
+        }
+        const int heads = 2 * p->ple_heads;
+        uint64_t sizes[64], offsets[64], off = 0;
+        int64_t m = p->ple_base;
+        for (int h = 0; h < heads && h < 64; h++, m++) {
+            m = next_prime(m);
+            sizes[h] = (uint64_t)m;
+            offsets[h] = off;
+            off += (uint64_t)m;
+        }
+        static const uint64_t mult[3] = {23703573157769ull, 20109073645365ull, 8052911324071ull};
+        const int32_t ple_layers[1] = {p->ple_layer};
+        ok = gguf_w_u32(w, KEY("hyper_connection.count"), (uint32_t)p->hc) == 0 &&
+             gguf_w_u32(w, KEY("hyper_connection.low_rank"), (uint32_t)p->hc_rank) == 0 &&
+             gguf_w_u32(w, KEY("attention.indexer.head_count"), (uint32_t)p->idx_head) == 0 &&
+             gguf_w_u32(w, KEY("attention.indexer.key_length"), (uint32_t)p->idx_dim) == 0 &&
+             gguf_w_u32(w, KEY("attention.indexer.top_k"), (uint32_t)p->idx_top_k) == 0 &&
+             gguf_w_arr(w, KEY("attention.compress_ratios"), GGUF_VT_I32, ratios, (uint64_t)nl) == 0 &&
+             gguf_w_arr(w, KEY("attention.recurrent_layers"), GGUF_VT_BOOL, recurrent, (uint64_t)nl) == 0 &&
+             gguf_w_arr(w, KEY("ple.layers"), GGUF_VT_I32, ple_layers, 1) == 0 &&
+             gguf_w_u32(w, KEY("ple.ngram_size"), 3) == 0 &&
+             gguf_w_u32(w, KEY("ple.heads_per_ngram"), (uint32_t)p->ple_heads) == 0 &&
+             gguf_w_u32(w, KEY("ple.conv_kernel"), (uint32_t)p->ssm_conv) == 0 &&
+             gguf_w_u32(w, KEY("ple.eos_token_id"), (uint32_t)p->ple_eos) == 0 &&
+             gguf_w_u32(w, KEY("embedding_length_per_layer_input"), (uint32_t)p->ple_dim) == 0 &&
+             gguf_w_arr(w, KEY("ple.layer_multipliers"), GGUF_VT_U64, mult, 3) == 0 &&
+             gguf_w_arr(w, KEY("ple.head_vocab_sizes"), GGUF_VT_U64, sizes, (uint64_t)heads) == 0 &&
+             gguf_w_arr(w, KEY("ple.head_offsets"), GGUF_VT_U64, offsets, (uint64_t)heads) == 0;
     }
 #undef KEY
     ok = ok && gguf_w_u32(w, "general.quantization_version", 2) == 0 &&

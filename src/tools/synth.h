@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum synth_arch { SYNTH_QWEN3MOE, SYNTH_QWEN35MOE, SYNTH_QWEN3NEXT } synth_arch;
+typedef enum synth_arch { SYNTH_QWEN3MOE, SYNTH_QWEN35MOE, SYNTH_QWEN3NEXT, SYNTH_QWEN4EXP } synth_arch;
 
 typedef struct synth_preset {
     const char *name;      /* "qwen35moe-35b-a3b" */
@@ -35,6 +35,13 @@ typedef struct synth_preset {
     int n_vocab;           /* embedding rows (the tokenizer is padded up to it) */
     int tiny_vocab;        /* nonzero: a truncated real vocabulary of this many tokens */
     const char *vocab;     /* "qwen2" or "qwen35": which vocabulary file the tokenizer comes from */
+    /* qwen4exp: hc residual streams of low rank hc_rank; the QSA indexer (idx_head heads of
+     * idx_dim, top_k cells, blocks of idx_ratio); the n-gram module on layer ple_layer
+     * (ple_heads heads per order 2 and 3, rows of ple_dim, moduli the consecutive primes from
+     * ple_base, end-of-text ple_eos) */
+    int hc, hc_rank, idx_head, idx_dim, idx_top_k, idx_ratio;
+    int ple_layer, ple_heads, ple_dim, ple_eos;
+    int64_t ple_base;
 } synth_preset;
 
 /* The preset table; NULL-terminated lookups. */
@@ -45,6 +52,7 @@ const char *synth_arch_name(synth_arch a);
 /* Type mixes ("Q4_K_M", "Q8_0", "Q2_K", "Q2_K_XL", ...). */
 typedef enum synth_mix {
     MIX_F32, MIX_F16, MIX_BF16, MIX_Q8_0, MIX_Q6_K, MIX_Q4_K_M, MIX_Q2_K, MIX_IQ4_XS, MIX_Q2_K_XL,
+    MIX_Q2_0, /* llama-quantize's Q2_0 preset (ggml type 42 on most matrices) */
     MIX_COUNT
 } synth_mix;
 int synth_mix_from_name(const char *name); /* -1 if unknown (case-insensitive) */

@@ -56,6 +56,7 @@ typedef struct qfix {
 static bool qfix_of(uint32_t t, qfix *f) {
     *f = (qfix){0, 0, 0, 0.0f};
     switch (t) {
+    case GGML_TYPE_Q2_0: /* d first, like Q4_0 */
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ2_XXS:
     case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
     case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: return true;

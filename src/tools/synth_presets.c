@@ -65,6 +65,35 @@ static const synth_preset presets[] = {
      .n_ff_shexp = 256, .ssm_conv = 4, .ssm_state = 128, .ssm_group = 8, .ssm_v_heads = 16,
      .full_attn_interval = 4, .rope_sections = {11, 11, 10, 0}, .n_ctx = 262144,
      .rope_base = 1e7f, .rms_eps = 1e-6f, .n_vocab = 248320, .vocab = "qwen35"},
+    /* Qwen3.8-Flash-Next (spec QWEN4EXP.md 1.1): 48 layers, 3 of 4 Gated DeltaNet, 4-stream
+     * hyper-connections, QSA attention, 512 experts of 640, the 320 M-row n-gram table */
+    {.name = "qwen4exp-flash-next", .label = "Qwen3.8-Flash-Next (synthetic)", .size_label = "125B-A6B",
+     .arch = SYNTH_QWEN4EXP, .n_layer = 48, .n_embd = 2560, .n_head = 24, .n_head_kv = 2,
+     .head_dim = 256, .n_rot = 64, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 640,
+     .n_ff_shexp = 640, .ssm_conv = 4, .ssm_state = 128, .ssm_group = 16, .ssm_v_heads = 48,
+     .full_attn_interval = 4, .rope_sections = {11, 11, 10, 0}, .n_ctx = 262144,
+     .rope_base = 1e7f, .rms_eps = 1e-6f, .n_vocab = 248320, .vocab = "qwen35", .hc = 4,
+     .hc_rank = 320, .idx_head = 4, .idx_dim = 128, .idx_top_k = 2048, .idx_ratio = 4,
+     .ple_layer = 1, .ple_heads = 8, .ple_dim = 160, .ple_eos = 248044, .ple_base = 20000000},
+    /* the same layers, 8 deep, with a tenth of the table's rows: every per-layer shape real,
+     * small enough for these disks (10 GB at Q2_0) and to stream in an 8 GiB cgroup */
+    {.name = "qwen4exp-flash-next-8l", .label = "Qwen3.8-Flash-Next 8-layer (synthetic)", .size_label = "125B-A6B-8L",
+     .arch = SYNTH_QWEN4EXP, .n_layer = 8, .n_embd = 2560, .n_head = 24, .n_head_kv = 2,
+     .head_dim = 256, .n_rot = 64, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 640,
+     .n_ff_shexp = 640, .ssm_conv = 4, .ssm_state = 128, .ssm_group = 16, .ssm_v_heads = 48,
+     .full_attn_interval = 4, .rope_sections = {11, 11, 10, 0}, .n_ctx = 262144,
+     .rope_base = 1e7f, .rms_eps = 1e-6f, .n_vocab = 248320, .vocab = "qwen35", .hc = 4,
+     .hc_rank = 320, .idx_head = 4, .idx_dim = 128, .idx_top_k = 2048, .idx_ratio = 4,
+     .ple_layer = 1, .ple_heads = 8, .ple_dim = 160, .ple_eos = 248044, .ple_base = 2000000},
+    /* the shapes of the qwen4exp-tiny fixture */
+    {.name = "qwen4exp-tiny", .label = "qwen4exp-tiny (synthetic)", .size_label = "tiny",
+     .arch = SYNTH_QWEN4EXP, .n_layer = 3, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128,
+     .n_ff_shexp = 128, .n_ff = 128, .ssm_conv = 4, .ssm_state = 64, .ssm_group = 2,
+     .ssm_v_heads = 4, .full_attn_interval = 3, .rope_sections = {3, 3, 2, 0}, .n_ctx = 4096,
+     .rope_base = 1e7f, .rms_eps = 1e-6f, .n_vocab = 2048, .tiny_vocab = 2048, .vocab = "qwen2",
+     .hc = 4, .hc_rank = 32, .idx_head = 8, .idx_dim = 32, .idx_top_k = 2048, .idx_ratio = 4,
+     .ple_layer = 1, .ple_heads = 4, .ple_dim = 32, .ple_eos = 2045, .ple_base = 250},
 };
 /* clang-format on */
 
@@ -83,6 +112,7 @@ const char *synth_arch_name(synth_arch a) {
     case SYNTH_QWEN3MOE: return "qwen3moe";
     case SYNTH_QWEN35MOE: return "qwen35moe";
     case SYNTH_QWEN3NEXT: return "qwen3next";
+    case SYNTH_QWEN4EXP: return "qwen4exp";
     }
     return "?";
 }
@@ -104,6 +134,7 @@ static const struct {
     [MIX_IQ4_XS] = {"IQ4_XS", 30, GGML_TYPE_IQ4_XS},
     /* Unsloth-"XL"-style: no llama_ftype of its own; labelled as its nominal base Q2_K */
     [MIX_Q2_K_XL] = {"Q2_K_XL", 10, GGML_TYPE_Q4_K},
+    [MIX_Q2_0] = {"Q2_0", 41, GGML_TYPE_Q2_0},
 };
 
 int synth_mix_from_name(const char *name) {
@@ -122,8 +153,9 @@ static bool has(const char *name, const char *part) { return strstr(name, part) 
 static bool quantizable(const char *name, int n_dims) {
     size_t n = strlen(name);
     if (n_dims < 2 || n < 6 || strcmp(name + n - 6, "weight") != 0) return false;
+    /* qwen4exp: llama.cpp never quantizes the indexer projections */
     return !has(name, "_norm.weight") && !has(name, "ffn_gate_inp.weight") &&
-           !has(name, "ssm_conv1d");
+           !has(name, "ssm_conv1d") && !has(name, "indexer.");
 }
 
 /* llama.cpp's "use more bits" layer pattern: first and last eighth, and every third between. */
@@ -143,6 +175,7 @@ static uint32_t fallback(uint32_t t, int64_t ne0) {
     case GGML_TYPE_Q4_K: r = GGML_TYPE_Q5_0; break;
     case GGML_TYPE_Q5_K: r = GGML_TYPE_Q5_1; break;
     case GGML_TYPE_Q6_K: r = GGML_TYPE_Q8_0; break;
+    case GGML_TYPE_Q2_0: r = GGML_TYPE_Q4_0; break;
     default: r = GGML_TYPE_F16; break;
     }
     return ne0 % quant_traits_of(r)->block_elems == 0 ? r : GGML_TYPE_F16;
@@ -155,7 +188,9 @@ uint32_t synth_tensor_type(synth_mix mix, const synth_preset *p, const char *nam
     if (!quant_traits_of(t)->is_quantized) return t; /* float mixes: every 2-D tensor as is */
 
     const bool is_output = strcmp(name, "output.weight") == 0;
-    const bool is_embd = strcmp(name, "token_embd.weight") == 0;
+    /* qwen4exp's n-gram table follows the token embedding's rules */
+    const bool is_embd = strcmp(name, "token_embd.weight") == 0 ||
+                         strcmp(name, "per_layer_token_embd.weight") == 0;
     const bool attn_v_like = has(name, "attn_v.weight") || has(name, "attn_qkv.weight");
     const int n_gqa = p->n_head / p->n_head_kv;
     const bool eight = p->n_expert == 8; /* llama.cpp special-cases 8-expert models */
@@ -169,6 +204,13 @@ uint32_t synth_tensor_type(synth_mix mix, const synth_preset *p, const char *nam
         if (is_output) return fallback(GGML_TYPE_Q6_K, ne0);
         if (is_embd) return fallback(GGML_TYPE_Q4_K, ne0);
         mix = MIX_Q4_K_M;
+    }
+    if (mix == MIX_Q2_0) {
+        /* the fixtures' llama-quantize Q2_0: head Q6_K, embeddings Q4_K, K/V/QKV Q8_0 */
+        if (is_output) return fallback(GGML_TYPE_Q6_K, ne0);
+        if (is_embd) return fallback(GGML_TYPE_Q4_K, ne0);
+        if (attn_v_like || has(name, "attn_k.weight")) return fallback(GGML_TYPE_Q8_0, ne0);
+        return fallback(t, ne0);
     }
     if (is_output) {
         if (ne0 % (int64_t)quant_traits_of(t)->block_elems != 0) return GGML_TYPE_Q8_0;

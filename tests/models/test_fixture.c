@@ -1,6 +1,12 @@
 /* Model fixture test: one model against its llama.cpp reference.
  *
- *   test_fixture NAME MEDIAN_BOUND MAX_BOUND MIN_TOP1 MIN_GREEDY
+ *   test_fixture NAME MEDIAN_BOUND MAX_BOUND MIN_TOP1 MIN_GREEDY [options]
+ *     --model STEM       the model file is STEM.gguf (default NAME.gguf): a reference made with
+ *                        a metadata override of another file
+ *     --override KV      KEY=TYPE:VALUE metadata override, as llama.cpp's --override-kv
+ *     --teacher-forced   MIN_GREEDY counts the continuation steps whose argmax, given the
+ *                        reference's previous tokens, is the reference's token (instead of
+ *                        the leading tokens of our own greedy continuation)
  *
  * 1. All-position logits of the prompt (one batch) vs NAME.logits.f32: per position the relative
  *    error ||ours - ref|| / ||ref||; the median must be <= MEDIAN_BOUND and the max <= MAX_BOUND;
@@ -66,6 +72,28 @@ static int argmax(const float *v, int n) {
     return b;
 }
 
+/* Teacher forcing: evaluate prompt + reference continuation in one pass and count the steps
+ * whose argmax is the reference's next token. */
+static int teacher_forced(sluice_model *m, const int32_t *ids, int n, const int32_t *greedy,
+                          int n_greedy, int V) {
+    int32_t *all = malloc((size_t)(n + n_greedy) * sizeof *all);
+    float *lg = malloc((size_t)(n + n_greedy) * V * sizeof *lg);
+    memcpy(all, ids, (size_t)n * sizeof *all);
+    memcpy(all + n, greedy, (size_t)n_greedy * sizeof *all);
+    sluice_session_params sp = {.n_ctx = n + n_greedy + 1, .n_threads = 2};
+    sluice_session *s = sluice_session_new(m, &sp);
+    int agree = -1;
+    if (s && sluice_session_eval(s, all, n + n_greedy, lg) == 0) {
+        agree = 0;
+        for (int i = 0; i < n_greedy; i++)
+            agree += argmax(lg + (size_t)(n - 1 + i) * V, V) == greedy[i];
+    }
+    sluice_session_free(s);
+    free(lg);
+    free(all);
+    return agree;
+}
+
 static float *eval_logits(sluice_model *m, const int32_t *ids, int n, int threads, int batch) {
     sluice_model_info info;
     sluice_model_get_info(m, &info);
@@ -82,21 +110,36 @@ static float *eval_logits(sluice_model *m, const int32_t *ids, int n, int thread
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: test_fixture NAME MEDIAN_BOUND MAX_BOUND MIN_TOP1 MIN_GREEDY\n");
+    if (argc < 6) {
+        fprintf(stderr, "usage: test_fixture NAME MEDIAN_BOUND MAX_BOUND MIN_TOP1 MIN_GREEDY "
+                        "[--model STEM] [--override KEY=TYPE:VALUE]... [--teacher-forced]\n");
         return 2;
     }
-    const char *name = argv[1];
+    const char *name = argv[1], *stem = argv[1];
     double median_bound = atof(argv[2]), max_bound = atof(argv[3]), min_top1 = atof(argv[4]);
     int min_greedy = atoi(argv[5]);
+    const char *overrides[8];
+    int n_overrides = 0;
+    bool teacher = false;
+    for (int i = 6; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) stem = argv[++i];
+        else if (strcmp(argv[i], "--override") == 0 && i + 1 < argc && n_overrides < 8)
+            overrides[n_overrides++] = argv[++i];
+        else if (strcmp(argv[i], "--teacher-forced") == 0) teacher = true;
+        else {
+            fprintf(stderr, "test_fixture: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
     char path[1024], file[256];
 
-    snprintf(file, sizeof file, "%s.gguf", name);
+    snprintf(file, sizeof file, "%s.gguf", stem);
     if (!fixture_path("models", file, path, sizeof path)) {
         fprintf(stderr, "fixture %s not found\n", file);
         return 1;
     }
-    sluice_model *m = sluice_model_load(path, NULL);
+    sluice_model_params mparams = {.override_kv = overrides, .n_override_kv = n_overrides};
+    sluice_model *m = sluice_model_load(path, &mparams);
     if (!m) {
         fprintf(stderr, "load: %s\n", sluice_last_error());
         return 1;
@@ -163,6 +206,7 @@ int main(int argc, char **argv) {
         if (i + 1 < n_greedy) CHECK(sluice_session_eval(s, &tok, 1, NULL) == 0);
     }
     sluice_session_free(s);
+    int forced = teacher ? teacher_forced(m, ids, n, greedy, n_greedy, V) : -1;
 
     /* 3. determinism: threads, batch splits, token-by-token decode */
     int bit_identical = 1;
@@ -185,10 +229,12 @@ int main(int argc, char **argv) {
         sluice_session_free(s1);
     }
 
-    printf("%s: positions %d, median rel %.3g, max rel %.3g, top-1 %d/%d, greedy %d/%d, "
-           "deterministic %s\n",
-           name, n, median, worst, top1, n, agree, n_greedy, bit_identical ? "yes" : "NO");
-    if (agree < n_greedy) {
+    printf("%s: positions %d, median rel %.3g, max rel %.3g, top-1 %d/%d, greedy %d/%d, ",
+           name, n, median, worst, top1, n, agree, n_greedy);
+    if (teacher) printf("teacher-forced %d/%d, ", forced, n_greedy);
+    printf("deterministic %s\n", bit_identical ? "yes" : "NO");
+    if (teacher) agree = forced; /* the bound applies to the teacher-forced steps */
+    if (!teacher && agree < n_greedy) {
         printf("  greedy ours:");
         for (int i = 0; i < n_greedy; i++) printf(" %d", ours[i]);
         printf("\n  greedy ref: ");

@@ -12,6 +12,7 @@ set -euo pipefail
 BIN=$1 SRC=$2 WORK=$3 SAN=${4:-0} UNIT=${5:-}
 mkdir -p "$WORK"
 QWEN=$SRC/tests/data/qwen3moe-tiny-Q4_K_M.gguf
+STORIES=$SRC/models/stories260K.gguf # named, not the embedded default, which may change
 LOAD_CLIENTS=8 LOAD_REQUESTS=50
 # the load test allows this much RSS growth: ASan keeps freed memory in quarantine
 if [ "$SAN" = 1 ]; then RSS_SLACK_KB=65536; else RSS_SLACK_KB=8192; fi
@@ -27,10 +28,21 @@ trap cleanup EXIT
 # any command failing outside fail() still says where
 trap 'echo "FAIL: line $LINENO: $BASH_COMMAND (exit $?)" >&2' ERR
 
+NAMES=()
 fail() {
   echo "FAIL: $*" >&2
-  local f
-  for f in "$WORK"/*.log; do echo "--- $f (tail)" >&2; tail -n 20 "$f" >&2; done
+  local n pid_var rc
+  for n in "${NAMES[@]}"; do
+    pid_var="PID_$n"
+    if kill -0 "${!pid_var}" 2>/dev/null; then
+      echo "--- server $n: running" >&2
+    else
+      rc=0
+      wait "${!pid_var}" 2>/dev/null || rc=$?
+      echo "--- server $n: gone (exit status $rc)" >&2
+    fi
+    tail -n 20 "$WORK/$n.log" >&2
+  done
   exit 1
 }
 pass() { echo "ok   $*"; }
@@ -43,6 +55,7 @@ start_server() {
   "$BIN" serve --port 0 -t 1 "$@" >"$log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
+  NAMES+=("$name")
   local port="" i
   for i in $(seq 1 300); do
     port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
@@ -97,9 +110,9 @@ metric() { # metric NAME_URL METRIC
 
 rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 
-start_server stories -c 512 --max-body 1M --max-tokens 64
+start_server stories -m "$STORIES" -c 512 --max-body 1M --max-tokens 64
 start_server chatml -m "$QWEN"
-start_server slow --queue 0 --debug-delay-ms 20 -c 512
+start_server slow -m "$STORIES" --queue 0 --debug-delay-ms 20 -c 512
 S=$URL_stories
 
 # ---- curl basics ----------------------------------------------------------------------
@@ -305,7 +318,7 @@ echo "load: VmRSS before ${rss0} kB, after ${rss1} kB (growth $((rss1 - rss0)) k
 alive stories
 pass "load test"
 # the same clients against a queue of 2: the overflow must be clean 503s, nothing else
-start_server tight --queue 2 -c 512
+start_server tight -m "$STORIES" --queue 2 -c 512
 S=$URL_tight
 run_load "$LOAD_CLIENTS" 10
 read -r total ok busy < <(cat "$WORK"/load-*.codes |

@@ -433,8 +433,10 @@ int main(void) {
     char path[1024], ids_path[1024];
     if (!fixture_path("models", NAME ".gguf", path, sizeof path) ||
         !fixture_path("golden", NAME ".prompt.ids", ids_path, sizeof ids_path)) {
-        fprintf(stderr, "fixture %s not found\n", NAME);
-        return 1;
+        /* shipped only with ../shared/fixtures (CI); a plain clone has the Q4_K_M fixture,
+         * whose batch-split and decode identity test_fixture checks */
+        fprintf(stderr, "SKIP: fixture %s not found\n", NAME);
+        return 77;
     }
     sluice_model *m = sluice_model_load(path, NULL);
     CHECKF(m != NULL, "load: %s", sluice_last_error());

@@ -70,7 +70,8 @@ static void check_runs(const char *path) {
 }
 
 static void test_presets_run(void) {
-    static const char *const tiny[] = {"qwen3moe-tiny", "qwen35moe-tiny", "qwen3next-tiny"};
+    static const char *const tiny[] = {"qwen3moe-tiny", "qwen35moe-tiny", "qwen3next-tiny",
+                                       "qwen4exp-tiny"};
     static const char *const types[] = {"Q4_K_M", "F32", "Q2_K_XL", "Q8_0", "Q2_K"};
     char err[512];
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {

@@ -364,7 +364,7 @@ static void unpack_iq4_xs(const uint8_t *x, kq_row *o) {
 static inline void unpack_iq(const uint8_t *x, kq_row *o, iq_group (*group)(const uint8_t *, int)) {
     for (int g = 0; g < 8; g++) {
         iq_group G = group(x, g);
-        __m256i v = _mm256_sign_epi8(G.mag, _mm256_or_si256(sign_bytes(G.signs), _mm256_set1_epi8(1)));
+        __m256i v = _mm256_sign_epi8(G.mag, G.sgn);
         __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)G.s0)),
                                         _mm256_set1_epi16((short)G.s1), 1);
         _mm512_storeu_si512(o->w + 32 * g, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(v), sc));
@@ -531,17 +531,8 @@ static inline __m512 exp_s16(__m512 x) {
     return _mm512_maskz_mov_ps(valid, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
-/* The reference's 16-lane fold: lane j += lane j + w for w = 8, 4, 2, 1. */
-static inline float fold16_ps(__m512 v) {
-    __m256 t = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    u = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
-    return _mm_cvtss_f32(u);
-}
-
 /* The 16-lane fold of 16 keys' accumulators at once, by a transposing tree: each level adds the
- * same lane pairs as fold16_ps does for one key (j + 8, then j + 4, j + 2, j + 1), two keys'
+ * same lane pairs as the reference's fold of one key (lane j += lane j + w, w = 8, 4, 2, 1), two keys'
  * halves per instruction. Lane i of the result is key i's folded dot. */
 static inline __m512 fold16x16(__m512 *acc) {
     const __m512i l1a = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
@@ -565,53 +556,70 @@ static inline __m512 fold16x16(__m512 *acc) {
     return _mm512_add_ps(_mm512_permutex2var_ps(o[0], l4a, o[1]), _mm512_permutex2var_ps(o[0], l4b, o[1]));
 }
 
-/* hd = 16 * NQ, hd_v = 16 * NV with the query and the output accumulators in registers. */
+/* hd = 16 * NQ, hd_v = 16 * NV. Tiles outer, heads inner: a tile's keys and values are read
+ * from memory once and then served from L1/L2 to every head of the group; each head's output
+ * accumulators live in registers for the tile and in out[] between tiles. */
 #define ATTN512(NAME, NQ, NV)                                                                              \
     static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v, \
                      size_t v_stride, int n_kv, float scale, float *out, size_t out_stride, float *work) {   \
         (void)work;                                                                                         \
-        for (int g = 0; g < G; g++) {                                                                       \
-            __m512 qv[NQ], o[NV];                                                                           \
-            for (int j = 0; j < NQ; j++) qv[j] = _mm512_loadu_ps(q + (size_t)g * q_stride + 16 * j);        \
-            for (int j = 0; j < NV; j++) o[j] = _mm512_setzero_ps();                                        \
-            float m = -INFINITY;                                                                            \
-            double l = 0.0;                                                                                 \
-            _Alignas(64) float sc[KERNEL_ATTN_TILE], e[KERNEL_ATTN_TILE];                                   \
+        float m[64];                                                                                        \
+        double l[64];                                                                                       \
+        _Alignas(64) float sc[KERNEL_ATTN_TILE], e[KERNEL_ATTN_TILE];                                       \
+        for (int g0 = 0; g0 < G; g0 += 64) {                                                                \
+            int G1 = G - g0 < 64 ? G - g0 : 64;                                                             \
+            for (int g = 0; g < G1; g++) {                                                                  \
+                m[g] = -INFINITY;                                                                           \
+                l[g] = 0.0;                                                                                 \
+                for (int j = 0; j < NV; j++) _mm512_storeu_ps(out + (size_t)(g0 + g) * out_stride + 16 * j, _mm512_setzero_ps()); \
+            }                                                                                               \
             for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {                                           \
                 int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;                       \
-                __m512 vmax = _mm512_set1_ps(-INFINITY);                                                    \
-                for (int p = 0; p < nt; p += 16) { /* 16 keys, folded together */                           \
-                    int kk = nt - p < 16 ? nt - p : 16;                                                     \
-                    __m512 acc[16];                                                                         \
-                    for (int i = 0; i < 16; i++) {                                                          \
-                        acc[i] = _mm512_setzero_ps();                                                       \
-                        if (i >= kk) continue;                                                              \
-                        const float *kp = k + (size_t)(p0 + p + i) * k_stride;                              \
-                        for (int j = 0; j < NQ; j++) acc[i] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc[i]); \
+                for (int g = 0; g < G1; g++) {                                                              \
+                    const float *qg = q + (size_t)(g0 + g) * q_stride;                                      \
+                    float *og = out + (size_t)(g0 + g) * out_stride;                                        \
+                    __m512 qv[NQ], o[NV];                                                                   \
+                    for (int j = 0; j < NQ; j++) qv[j] = _mm512_loadu_ps(qg + 16 * j);                      \
+                    __m512 vmax = _mm512_set1_ps(-INFINITY);                                                \
+                    for (int p = 0; p < nt; p += 16) { /* 16 keys, folded together */                       \
+                        int kk = nt - p < 16 ? nt - p : 16;                                                 \
+                        __m512 acc[16];                                                                     \
+                        for (int i = 0; i < 16; i++) {                                                      \
+                            acc[i] = _mm512_setzero_ps();                                                   \
+                            if (i >= kk) continue;                                                          \
+                            const float *kp = k + (size_t)(p0 + p + i) * k_stride;                          \
+                            for (int j = 0; j < NQ; j++) acc[i] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc[i]); \
+                        }                                                                                   \
+                        __m512 sv = _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));                   \
+                        _mm512_store_ps(sc + p, sv);                                                        \
+                        vmax = _mm512_mask_max_ps(vmax, (__mmask16)((1u << kk) - 1), sv, vmax);              \
                     }                                                                                       \
-                    __m512 sv = _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));                       \
-                    _mm512_store_ps(sc + p, sv);                                                            \
-                    vmax = _mm512_mask_max_ps(vmax, (__mmask16)((1u << kk) - 1), sv, vmax);                  \
+                    float mt = _mm512_reduce_max_ps(vmax);                                                  \
+                    float mn = m[g] > mt ? m[g] : mt;                                                       \
+                    float c = kernel_exp_s(m[g] - mn);                                                      \
+                    l[g] = l[g] * (double)c;                                                                \
+                    __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(mn);                                 \
+                    for (int j = 0; j < NV; j++) o[j] = _mm512_mul_ps(_mm512_loadu_ps(og + 16 * j), vc);   \
+                    for (int p = 0; p < nt; p += 16)                                                        \
+                        _mm512_store_ps(e + p, exp_s16(_mm512_sub_ps(_mm512_maskz_loadu_ps(                 \
+                                                           (__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc + p), vm))); \
+                    double lg = l[g];                                                                       \
+                    for (int p = 0; p < nt; p++) {                                                          \
+                        lg = lg + (double)e[p];                                                             \
+                        const float *vp = v + (size_t)(p0 + p) * v_stride;                                  \
+                        __m512 ve = _mm512_set1_ps(e[p]);                                                   \
+                        for (int j = 0; j < NV; j++) o[j] = _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + 16 * j), o[j]); \
+                    }                                                                                       \
+                    l[g] = lg;                                                                              \
+                    m[g] = mn;                                                                              \
+                    for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + 16 * j, o[j]);                       \
                 }                                                                                           \
-                float mt = _mm512_reduce_max_ps(vmax);                                                      \
-                float mn = m > mt ? m : mt;                                                                 \
-                float c = kernel_exp_s(m - mn);                                                             \
-                l = l * (double)c;                                                                          \
-                __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(mn);                                     \
-                for (int j = 0; j < NV; j++) o[j] = _mm512_mul_ps(o[j], vc);                                \
-                for (int p = 0; p < nt; p += 16)                                                            \
-                    _mm512_store_ps(e + p, exp_s16(_mm512_sub_ps(_mm512_maskz_loadu_ps(                     \
-                                                       (__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc + p), vm))); \
-                for (int p = 0; p < nt; p++) {                                                              \
-                    l = l + (double)e[p];                                                                   \
-                    const float *vp = v + (size_t)(p0 + p) * v_stride;                                      \
-                    __m512 ve = _mm512_set1_ps(e[p]);                                                       \
-                    for (int j = 0; j < NV; j++) o[j] = _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + 16 * j), o[j]); \
-                }                                                                                           \
-                m = mn;                                                                                     \
             }                                                                                               \
-            __m512 inv = _mm512_set1_ps((float)(1.0 / l));                                                  \
-            for (int j = 0; j < NV; j++) _mm512_storeu_ps(out + (size_t)g * out_stride + 16 * j, _mm512_mul_ps(o[j], inv)); \
+            for (int g = 0; g < G1; g++) {                                                                  \
+                __m512 inv = _mm512_set1_ps((float)(1.0 / l[g]));                                           \
+                float *og = out + (size_t)(g0 + g) * out_stride;                                            \
+                for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(og + 16 * j), inv)); \
+            }                                                                                               \
         }                                                                                                   \
     }
 ATTN512(attn512_64, 4, 4)

@@ -35,6 +35,15 @@ void cuda_fail(const char *what, cudaError_t e, const char *file, int line) {
 
 /* ---- device memory ---------------------------------------------------------------------------- */
 
+/* Graphs bake buffer addresses: any buffer they may use that moves makes them stale. */
+static void drop_graphs(cuda_backend *c) {
+    for (auto &g : c->graphs) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        g.exec = nullptr;
+        g.runs = 0;
+    }
+}
+
 static void *dev_alloc(cuda_backend *c, size_t bytes) {
     if (bytes == 0) bytes = 256;
     if (c->budget && c->allocated + bytes > c->budget) return nullptr;
@@ -66,6 +75,7 @@ void *cuda_scratch(cuda_backend *c, int id, size_t bytes) {
     if (bytes <= c->scratch_cap[id]) return c->scratch[id];
     size_t cap = bytes + bytes / 4 + 4096;
     if (c->capturing) c->capture_broken = true; /* sizes come from the eager run; be safe */
+    else drop_graphs(c);
     dev_free(c, c->scratch[id]);
     c->scratch[id] = dev_alloc(c, cap);
     if (!c->scratch[id]) {
@@ -128,6 +138,14 @@ void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes) {
 
 qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) {
     const int act = cuda_act_type(type);
+    if (act == QT_F32) { /* F32 weights read the activations as they are */
+        qact a;
+        memset(&a, 0, sizeof a);
+        a.f = x;
+        a.K = K;
+        a.act = QT_F32;
+        return a;
+    }
     for (auto &e : c->acts)
         if (e.valid && e.src == x && e.n == n && e.K == K && e.act == act) {
             e.age = ++c->act_age;
@@ -144,6 +162,7 @@ qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) 
     const size_t bytes = cuda_act_bytes(n, K, act);
     if (bytes > v->cap) {
         if (c->capturing) c->capture_broken = true;
+        else drop_graphs(c);
         dev_free(c, v->buf);
         v->cap = bytes + bytes / 4 + 4096;
         v->buf = dev_alloc(c, v->cap);
@@ -287,6 +306,7 @@ static void op_upload(backend *b, void *dst, const void *src, size_t bytes) {
 
 static void ensure_stage(cuda_backend *c, size_t bytes) {
     if (bytes <= c->stage_cap) return;
+    drop_graphs(c);
     CU(cudaStreamSynchronize(c->stream));
     if (c->h_stage) CU(cudaFreeHost(c->h_stage));
     c->stage_cap = bytes + bytes / 2;
@@ -355,6 +375,7 @@ static void op_set_inputs(backend *b, const int32_t *tokens, int n, int pos0, co
     cuda_backend *c = CB(b);
     if (n > c->in_cap) {
         if (c->capturing) c->capture_broken = true;
+        else drop_graphs(c);
         CU(cudaStreamSynchronize(c->stream));
         if (c->h_in) CU(cudaFreeHost(c->h_in));
         dev_free(c, c->d_in);
@@ -406,7 +427,7 @@ static int op_experts_init(backend *b, const expert_layout *l) {
     dev_free(c, c->d_table);
     c->d_table = (expert_entry *)dev_alloc(c, bytes);
     if (!c->d_table) return -1;
-    CU(cudaMemset(c->d_table, 0, bytes));
+    CU(cudaMemsetAsync(c->d_table, 0, bytes, c->stream));
     c->h_table.assign((size_t)l->n_layer * l->n_expert, expert_entry{});
     return 0;
 }
@@ -463,6 +484,14 @@ static graph_slot *slot_of(cuda_backend *c, uint64_t key, bool create) {
     for (auto &g : c->graphs)
         if (g.key == key) return &g;
     if (!create) return nullptr;
+    for (auto &g : c->graphs)
+        if (g.key == 0 && !g.exec) {
+            g.key = key;
+            g.runs = 0;
+            g.failed = false;
+            g.host_copies.clear();
+            return &g;
+        }
     c->graphs.push_back(graph_slot{});
     c->graphs.back().key = key;
     c->graphs.back().exec = nullptr;
@@ -503,6 +532,17 @@ static void op_capture_begin(backend *b, uint64_t key) {
     c->capturing = true;
 }
 
+static void op_graph_drop(backend *b, uint64_t key) {
+    cuda_backend *c = CB(b);
+    graph_slot *g = slot_of(c, key, false);
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->exec = nullptr;
+    g->runs = 0;
+    g->failed = false;
+    g->key = 0; /* free for reuse */
+}
+
 /* 0: done; 1: the pass was only recorded and could not be captured: run it again eagerly;
  * -1: failure. */
 static int op_capture_end(backend *b, bool ok) {
@@ -524,7 +564,7 @@ static int op_capture_end(backend *b, bool ok) {
         g->failed = true;
         return ok ? 1 : -1;
     }
-    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    e = cudaGraphInstantiateWithFlags(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -601,6 +641,7 @@ static backend_ops make_ops() {
     o.graph_replay = op_graph_replay;
     o.capture_begin = op_capture_begin;
     o.capture_end = op_capture_end;
+    o.graph_drop = op_graph_drop;
     return o;
 }
 

@@ -131,7 +131,8 @@ __global__ void k_quant_q8k(const float *x, int64_t nblk, int8_t *q, float *d, i
     if ((lane & 1) == 0) bs[wid * 16 + lane / 2] = s;
 }
 
-/* Q8_0, one warp per 32 values (d = amax / 127 stored as f16, q = round half away of x / d). */
+/* Q8_0, one warp per 32 values: d = amax / 127 stored as f16, q = round half to even of
+ * x * (127 / amax), the CPU encoder's recipe (llama.cpp's x86 one, formats/quant_legacy.c). */
 __global__ void k_quant_q80(const float *x, int64_t nblk, int8_t *q, float *d) {
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -141,8 +142,8 @@ __global__ void k_quant_q80(const float *x, int64_t nblk, int8_t *q, float *d) {
 #pragma unroll
     for (int off = 16; off >= 1; off >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, off));
     const float dd = __fdiv_rn(am, 127.0f);
-    const float id = dd != 0.0f ? __fdiv_rn(1.0f, dd) : 0.0f;
-    q[wid * 32 + lane] = (int8_t)roundf(__fmul_rn(v, id));
+    const float id = am != 0.0f ? __fdiv_rn(127.0f, am) : 0.0f;
+    q[wid * 32 + lane] = (int8_t)__float2int_rn(__fmul_rn(v, id));
     if (lane == 0) d[wid] = __half2float(__float2half_rn(dd));
 }
 

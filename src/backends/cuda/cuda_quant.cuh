@@ -20,6 +20,87 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+/* The codec functions compile for the host too (QD): tests/gpu/test_cuda_codecs.cu checks them
+ * against the CPU references on machines without a GPU. The byte intrinsics they use get
+ * portable host versions; on the device they are the single instructions. */
+#define QD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define QUNROLL _Pragma("unroll")
+#else
+#define QUNROLL
+#endif
+#ifndef __CUDA_ARCH__
+#include <cstring>
+#endif
+
+QD uint32_t q_vsub4(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 0xff) - ((b >> (8 * i)) & 0xff)) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
+QD uint32_t q_vadd4(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __vadd4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 0xff) + ((b >> (8 * i)) & 0xff)) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
+/* bytes of {x, y} (0..7) selected by the low three bits of each selector nibble */
+QD uint32_t q_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = (uint64_t)x | ((uint64_t)y << 32);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+#endif
+}
+
+QD float q_bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* rounded float steps that never contract into fused multiply-adds */
+QD float q_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    volatile float r = a * b;
+    return r;
+#endif
+}
+QD float q_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    volatile float r = a + b;
+    return r;
+#endif
+}
+QD float q_sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    volatile float r = a - b;
+    return r;
+#endif
+}
+
 /* ggml type ids used on the device (formats/quant.h) */
 enum {
     QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q5_0 = 6, QT_Q8_0 = 8, QT_Q2_K = 10, QT_Q3_K = 11,
@@ -69,7 +150,7 @@ QTRAIT(QT_IQ4_XS, 256, 136, false, 8, QT_Q8_K)
 
 /* ---- loads at the alignment a type guarantees ------------------------------------------------ */
 
-template <int A> __device__ __forceinline__ uint32_t ld32(const uint8_t *p) {
+template <int A> QD uint32_t ld32(const uint8_t *p) {
     if constexpr (A >= 4) {
         return *reinterpret_cast<const uint32_t *>(p);
     } else if constexpr (A == 2) {
@@ -81,38 +162,38 @@ template <int A> __device__ __forceinline__ uint32_t ld32(const uint8_t *p) {
     }
 }
 
-__device__ __forceinline__ uint32_t ld16(const uint8_t *p) {
+QD uint32_t ld16(const uint8_t *p) {
     return *reinterpret_cast<const uint16_t *>(p);
 }
 
-__device__ __forceinline__ float ldf16(const uint8_t *p) {
+QD float ldf16(const uint8_t *p) {
     return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
 }
 
 /* ---- byte tricks ----------------------------------------------------------------------------- */
 
 /* Four 4-bit codes (one per byte) through a 16-entry int8 code book (four words t). */
-__device__ __forceinline__ uint32_t lut16(uint32_t codes, const uint32_t *t) {
+QD uint32_t lut16(uint32_t codes, const uint32_t *t) {
     const uint32_t s = (codes & 0x7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) |
                        ((codes >> 12) & 0x7000u);
-    const uint32_t lo = __byte_perm(t[0], t[1], s), hi = __byte_perm(t[2], t[3], s);
+    const uint32_t lo = q_perm(t[0], t[1], s), hi = q_perm(t[2], t[3], s);
     const uint32_t m = ((codes >> 3) & 0x01010101u) * 0xFFu;
     return (lo & ~m) | (hi & m);
 }
 
 /* Four bits (bit j: byte j) spread to one byte each (0 or 1). */
-__device__ __forceinline__ uint32_t spread4(uint32_t bits) {
+QD uint32_t spread4(uint32_t bits) {
     return ((bits & 0xFu) * 0x00204081u) & 0x01010101u;
 }
 
 /* Negate the bytes of x (unsigned magnitudes) whose sign bit is set in the low 4 bits of sb. */
-__device__ __forceinline__ uint32_t apply_signs(uint32_t x, uint32_t sb) {
+QD uint32_t apply_signs(uint32_t x, uint32_t sb) {
     const uint32_t one = spread4(sb), m = one * 0xFFu;
-    return __vadd4(x ^ m, one);
+    return q_vadd4(x ^ m, one);
 }
 
 /* 6-bit scale and min of sub-block s (0..7) of Q4_K/Q5_K. */
-__device__ __forceinline__ void k4_scale_min(const uint8_t *sc, int s, int &scale, int &mn) {
+QD void k4_scale_min(const uint8_t *sc, int s, int &scale, int &mn) {
     if (s < 4) {
         scale = sc[s] & 63;
         mn = sc[s + 4] & 63;
@@ -122,19 +203,19 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t *sc, int s, int &scal
     }
 }
 
-__device__ __forceinline__ int q3k_scale(const uint8_t *sc, int s) {
+QD int q3k_scale(const uint8_t *sc, int s) {
     const int lo = s < 8 ? (sc[s] & 0xf) : (sc[s - 8] >> 4);
     const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
     return (lo | (hi << 4)) - 32;
 }
 
 /* 2^(e - 128) (MXFP4's scale, halved: its code book is doubled) */
-__device__ __forceinline__ float e8m0_half(uint8_t e) {
+QD float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? (0x00200000u << e) : ((uint32_t)(e - 1) << 23);
-    return __uint_as_float(bits);
+    return q_bits_float(bits);
 }
 
-__device__ __forceinline__ void load_lut(const int8_t *kv, uint32_t t[4]) {
+QD void load_lut(const int8_t *kv, uint32_t t[4]) {
     const uint32_t *w = reinterpret_cast<const uint32_t *>(kv);
     t[0] = w[0];
     t[1] = w[1];
@@ -148,11 +229,11 @@ __device__ __forceinline__ void load_lut(const int8_t *kv, uint32_t t[4]) {
  * types) and, for types with mins, the groups' integer mins. */
 
 template <int T>
-__device__ __forceinline__ void dchunk(const uint8_t *b, int c, const qtables *tb, uint32_t q[8],
+QD void dchunk(const uint8_t *b, int c, const qtables *tb, uint32_t q[8],
                                        int sc[2], int mn[2]);
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q4_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q4_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const uint8_t *qs = b + 16 + 32 * (c >> 1);
     const int sh = 4 * (c & 1);
@@ -168,11 +249,11 @@ __device__ __forceinline__ void dchunk<QT_Q4_K>(const uint8_t *b, int c, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q5_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q5_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const uint8_t *qh = b + 16, *qs = b + 48 + 32 * (c >> 1);
     const int sh = 4 * (c & 1);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 8; w++) {
         const uint32_t lo = (ld32<4>(qs + 4 * w) >> sh) & 0x0F0F0F0Fu;
         const uint32_t hi = (ld32<4>(qh + 4 * w) >> c) & 0x01010101u;
@@ -185,15 +266,15 @@ __device__ __forceinline__ void dchunk<QT_Q5_K>(const uint8_t *b, int c, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q6_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q6_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const int h = c >> 2, a = c & 3;
     const uint8_t *ql = b + 64 * h + 32 * (a & 1), *qh = b + 128 + 32 * h;
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 8; w++) {
         const uint32_t lo = (ld32<2>(ql + 4 * w) >> (4 * (a >> 1))) & 0x0F0F0F0Fu;
         const uint32_t hi = ((ld32<2>(qh + 4 * w) >> (2 * a)) & 0x03030303u) << 4;
-        q[w] = __vsub4(lo | hi, 0x20202020u);
+        q[w] = q_vsub4(lo | hi, 0x20202020u);
     }
     sc[0] = (int8_t)b[192 + 2 * c];
     sc[1] = (int8_t)b[192 + 2 * c + 1];
@@ -201,15 +282,15 @@ __device__ __forceinline__ void dchunk<QT_Q6_K>(const uint8_t *b, int c, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q3_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q3_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const uint8_t *hm = b, *qs = b + 32 + 32 * (c >> 2);
     const int sh = 2 * (c & 3);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 8; w++) {
         const uint32_t q2 = (ld32<2>(qs + 4 * w) >> sh) & 0x03030303u;
         const uint32_t hb = (ld32<2>(hm + 4 * w) >> c) & 0x01010101u;
-        q[w] = __vsub4(q2 | (hb << 2), 0x04040404u);
+        q[w] = q_vsub4(q2 | (hb << 2), 0x04040404u);
     }
     sc[0] = q3k_scale(b + 96, 2 * c);
     sc[1] = q3k_scale(b + 96, 2 * c + 1);
@@ -217,11 +298,11 @@ __device__ __forceinline__ void dchunk<QT_Q3_K>(const uint8_t *b, int c, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q2_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q2_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const uint8_t *qs = b + 16 + 32 * (c >> 2);
     const int sh = 2 * (c & 3);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 8; w++) q[w] = (ld32<4>(qs + 4 * w) >> sh) & 0x03030303u;
     const uint8_t s0 = b[2 * c], s1 = b[2 * c + 1];
     sc[0] = s0 & 0xf;
@@ -231,12 +312,12 @@ __device__ __forceinline__ void dchunk<QT_Q2_K>(const uint8_t *b, int c, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_IQ4_XS>(const uint8_t *b, int c, const qtables *tb,
+QD void dchunk<QT_IQ4_XS>(const uint8_t *b, int c, const qtables *tb,
                                                   uint32_t q[8], int sc[2], int mn[2]) {
     uint32_t t[4];
     load_lut(tb->kv_iq4nl, t);
     const uint8_t *qs = b + 8 + 16 * c;
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 4; w++) {
         const uint32_t v = ld32<8>(qs + 4 * w);
         q[w] = lut16(v & 0x0F0F0F0Fu, t);
@@ -249,9 +330,9 @@ __device__ __forceinline__ void dchunk<QT_IQ4_XS>(const uint8_t *b, int c, const
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_IQ2_XS>(const uint8_t *b, int c, const qtables *tb,
+QD void dchunk<QT_IQ2_XS>(const uint8_t *b, int c, const qtables *tb,
                                                   uint32_t q[8], int sc[2], int mn[2]) {
-#pragma unroll
+QUNROLL
     for (int l = 0; l < 4; l++) {
         const uint32_t v = ld16(b + 2 + 2 * (4 * c + l));
         const uint64_t g = tb->iq2xs[v & 511];
@@ -266,11 +347,11 @@ __device__ __forceinline__ void dchunk<QT_IQ2_XS>(const uint8_t *b, int c, const
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_IQ2_XXS>(const uint8_t *b, int c, const qtables *tb,
+QD void dchunk<QT_IQ2_XXS>(const uint8_t *b, int c, const qtables *tb,
                                                    uint32_t q[8], int sc[2], int mn[2]) {
     const uint8_t *p = b + 2 + 8 * c;
     const uint32_t a0 = ld32<2>(p), a1 = ld32<2>(p + 4);
-#pragma unroll
+QUNROLL
     for (int l = 0; l < 4; l++) {
         const uint64_t g = tb->iq2xxs[(a0 >> (8 * l)) & 0xff];
         const uint32_t s = tb->ksigns[(a1 >> (7 * l)) & 127];
@@ -282,11 +363,11 @@ __device__ __forceinline__ void dchunk<QT_IQ2_XXS>(const uint8_t *b, int c, cons
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_IQ3_XXS>(const uint8_t *b, int c, const qtables *tb,
+QD void dchunk<QT_IQ3_XXS>(const uint8_t *b, int c, const qtables *tb,
                                                    uint32_t q[8], int sc[2], int mn[2]) {
     const uint8_t *qs = b + 2 + 8 * c;
     const uint32_t ss = ld32<2>(b + 66 + 4 * c);
-#pragma unroll
+QUNROLL
     for (int l = 0; l < 4; l++) {
         const uint32_t s = tb->ksigns[(ss >> (7 * l)) & 127];
         q[2 * l] = apply_signs(tb->iq3xxs[qs[2 * l]], s);
@@ -297,48 +378,48 @@ __device__ __forceinline__ void dchunk<QT_IQ3_XXS>(const uint8_t *b, int c, cons
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q8_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q8_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 8; w++) q[w] = ld32<2>(b + 2 + 4 * w);
     sc[0] = sc[1] = 1;
     mn[0] = mn[1] = 0;
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q4_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q4_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 4; w++) {
         const uint32_t v = ld32<2>(b + 2 + 4 * w);
-        q[w] = __vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
-        q[w + 4] = __vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        q[w] = q_vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
+        q[w + 4] = q_vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
     sc[0] = sc[1] = 1;
     mn[0] = mn[1] = 0;
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_Q5_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
+QD void dchunk<QT_Q5_0>(const uint8_t *b, int, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const uint32_t qh = ld32<2>(b + 2);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 4; w++) {
         const uint32_t v = ld32<2>(b + 6 + 4 * w);
         const uint32_t h0 = spread4(qh >> (4 * w)) << 4, h1 = spread4(qh >> (16 + 4 * w)) << 4;
-        q[w] = __vsub4((v & 0x0F0F0F0Fu) | h0, 0x10101010u);
-        q[w + 4] = __vsub4(((v >> 4) & 0x0F0F0F0Fu) | h1, 0x10101010u);
+        q[w] = q_vsub4((v & 0x0F0F0F0Fu) | h0, 0x10101010u);
+        q[w + 4] = q_vsub4(((v >> 4) & 0x0F0F0F0Fu) | h1, 0x10101010u);
     }
     sc[0] = sc[1] = 1;
     mn[0] = mn[1] = 0;
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_IQ4_NL>(const uint8_t *b, int, const qtables *tb, uint32_t q[8],
+QD void dchunk<QT_IQ4_NL>(const uint8_t *b, int, const qtables *tb, uint32_t q[8],
                                                   int sc[2], int mn[2]) {
     uint32_t t[4];
     load_lut(tb->kv_iq4nl, t);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 4; w++) {
         const uint32_t v = ld32<2>(b + 2 + 4 * w);
         q[w] = lut16(v & 0x0F0F0F0Fu, t);
@@ -349,11 +430,11 @@ __device__ __forceinline__ void dchunk<QT_IQ4_NL>(const uint8_t *b, int, const q
 }
 
 template <>
-__device__ __forceinline__ void dchunk<QT_MXFP4>(const uint8_t *b, int, const qtables *tb, uint32_t q[8],
+QD void dchunk<QT_MXFP4>(const uint8_t *b, int, const qtables *tb, uint32_t q[8],
                                                  int sc[2], int mn[2]) {
     uint32_t t[4];
     load_lut(tb->kv_mxfp4, t);
-#pragma unroll
+QUNROLL
     for (int w = 0; w < 4; w++) {
         const uint32_t v = ld32<1>(b + 1 + 4 * w);
         q[w] = lut16(v & 0x0F0F0F0Fu, t);
@@ -364,7 +445,7 @@ __device__ __forceinline__ void dchunk<QT_MXFP4>(const uint8_t *b, int, const qt
 }
 
 /* Block float factors: fw (times the type's final power-of-two factor) and fm (mins). */
-template <int T> __device__ __forceinline__ void dfloats(const uint8_t *b, float &fw, float &fm) {
+template <int T> QD void dfloats(const uint8_t *b, float &fw, float &fm) {
     fm = 0.0f;
     if constexpr (T == QT_Q4_K || T == QT_Q5_K) {
         fw = ldf16(b);
@@ -389,15 +470,15 @@ template <int T> __device__ __forceinline__ void dfloats(const uint8_t *b, float
 
 /* One block's float term from its exact integer sums (the reference's float step). */
 template <int T>
-__device__ __forceinline__ float block_term(float fw, float fm, float da, int isum, int msum) {
-    const float a = __fmul_rn(__fmul_rn(fw, da), (float)isum);
-    if constexpr (qtraits<T>::MIN) return __fsub_rn(a, __fmul_rn(__fmul_rn(fm, da), (float)msum));
+QD float block_term(float fw, float fm, float da, int isum, int msum) {
+    const float a = q_mul(q_mul(fw, da), (float)isum);
+    if constexpr (qtraits<T>::MIN) return q_sub(a, q_mul(q_mul(fm, da), (float)msum));
     else return a;
 }
 
 /* ---- dequantization of single values (embedding rows), the CPU decoders' float steps ---------- */
 
-template <int T> __device__ float dequant_value(const uint8_t *row, int64_t i, const qtables *tb);
+template <int T> __host__ __device__ float dequant_value(const uint8_t *row, int64_t i, const qtables *tb);
 
 #define DQ_BLOCK()                                                                               \
     const uint8_t *b = row + (i / qtraits<T>::B) * qtraits<T>::BYTES;                           \
@@ -410,27 +491,27 @@ template <int T> __device__ float dequant_value(const uint8_t *row, int64_t i, c
     (void)g;                                                                                     \
     (void)mn;
 
-template <int T> __device__ float dequant_value(const uint8_t *row, int64_t i, const qtables *tb) {
+template <int T> __host__ __device__ float dequant_value(const uint8_t *row, int64_t i, const qtables *tb) {
     DQ_BLOCK()
     if constexpr (T == QT_Q4_K || T == QT_Q5_K || T == QT_Q2_K) {
         float d, dm;
         dfloats<T>(b, d, dm);
-        return __fsub_rn(__fmul_rn(__fmul_rn(d, (float)sc[g]), (float)v), __fmul_rn(dm, (float)mn[g]));
+        return q_sub(q_mul(q_mul(d, (float)sc[g]), (float)v), q_mul(dm, (float)mn[g]));
     } else if constexpr (T == QT_Q3_K || T == QT_Q6_K || T == QT_IQ4_XS) {
         float d, dm;
         dfloats<T>(b, d, dm);
-        return __fmul_rn(__fmul_rn(d, (float)sc[g]), (float)v);
+        return q_mul(q_mul(d, (float)sc[g]), (float)v);
     } else if constexpr (T == QT_IQ2_XS || T == QT_IQ2_XXS || T == QT_IQ3_XXS) {
         /* CPU: d * (0.5 + ls) * k * grid * sign with k = 1/4 (IQ2) or 1/2 (IQ3_XXS), ls = (sc-1)/2 */
         const float d = ldf16(b), k = T == QT_IQ3_XXS ? 0.5f : 0.25f;
-        const float db = __fmul_rn(__fmul_rn(d, __fadd_rn(0.5f, (float)((sc[g] - 1) / 2))), k);
-        return __fmul_rn(__fmul_rn(db, (float)(v < 0 ? -v : v)), v < 0 ? -1.0f : 1.0f);
+        const float db = q_mul(q_mul(d, q_add(0.5f, (float)((sc[g] - 1) / 2))), k);
+        return q_mul(q_mul(db, (float)(v < 0 ? -v : v)), v < 0 ? -1.0f : 1.0f);
     } else if constexpr (T == QT_Q8_0 || T == QT_Q4_0 || T == QT_Q5_0) {
-        return __fmul_rn((float)v, ldf16(b));
+        return q_mul((float)v, ldf16(b));
     } else if constexpr (T == QT_IQ4_NL) {
-        return __fmul_rn(ldf16(b), (float)v);
+        return q_mul(ldf16(b), (float)v);
     } else {
-        return __fmul_rn((float)v, e8m0_half(b[0]));
+        return q_mul((float)v, e8m0_half(b[0]));
     }
 }
 #undef DQ_BLOCK

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Prepare what one call on the GPU machine needs (tools `run`), in .devcarry/ (ignored through
+# .git/info/exclude, named in the call's `carry`): the device has no registry access and lacks
+# sluice's build dependencies, so sluice is built here for sm_90 and carried with the few
+# shared libraries the device may miss.
+#
+#   bench/cuda/pack.sh [FIXTURE...]       fixture names from ../shared/fixtures/models to carry
+#   LLAMA=DIR bench/cuda/pack.sh ...      also carry a llama.cpp CUDA build (DIR/bin)
+#
+# Output: .devcarry/bin.tar.xz (sluice, test_cuda, libs), .devcarry/fixtures/ (models and their
+# golden prompt ids), .devcarry/llama.tar.xz. The binaries embed stories260K as the default
+# model (the checkout's default model is far larger than what a call may carry).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
+B=build-cuda-dev
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
+sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $B/default_model.S
+cmake --build $B -j2 --target sluice test_cuda >/dev/null
+rm -rf .devcarry/stage && mkdir -p .devcarry/stage/lib .devcarry/fixtures
+cp $B/sluice $B/tests/test_cuda .devcarry/stage/
+strip .devcarry/stage/sluice .devcarry/stage/test_cuda
+for l in libmicrohttpd.so.12 libjansson.so.4 liburing.so.2 libpcre2-8.so.0; do
+  cp -L /lib/x86_64-linux-gnu/$l .devcarry/stage/lib/
+done
+tar cf - -C .devcarry/stage . | xz -T2 -9 > .devcarry/bin.tar.xz
+rm -rf .devcarry/stage
+for f in "$@"; do
+  cp /work/shared/fixtures/models/$f.gguf .devcarry/fixtures/
+  cp /work/shared/fixtures/golden/$f.prompt.ids .devcarry/fixtures/ 2>/dev/null || true
+done
+if [ -n "${LLAMA:-}" ]; then
+  tar cf - -C "$LLAMA" bin | xz -T2 -6 > .devcarry/llama.tar.xz
+fi
+du -sh .devcarry/*
+(git ls-files -z; git ls-files -z --others --exclude-standard) | du -cb --files0-from=- | tail -1 |
+  awk '{printf "working tree that travels: %.1f MB\n", $1/1e6}'
+du -cb .devcarry | tail -1 | awk '{printf "carried: %.1f MB (limit for both: 67.1 MB)\n", $1/1e6}'

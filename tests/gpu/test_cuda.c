@@ -1,0 +1,622 @@
+/* The CUDA backend against the CPU backend (needs a GPU; exits 77, "skipped", without one).
+ *
+ *   test_cuda [--quick] [--ops-only] [--golden DIR] [--prompt N] MODEL.gguf ...
+ *
+ * 1. codecs: every device weight type decodes a row to exactly the CPU's floats, and its dot
+ *    product (device activation encoding, integer dot) matches the CPU's within float order;
+ * 2. ops: each backend operation on random inputs, device vs CPU (matrix products in every
+ *    kernel family: 1, <= 8 and tiled rows; attention decode and prefill; the delta rule; the
+ *    router; routed experts through the expert table, decode and tiled);
+ * 3. models: all-position logits of the prompt (DIR/NAME.prompt.ids, else synthetic ids) and a
+ *    greedy continuation, GPU vs CPU (tolerance below); then the GPU's own invariants, bit for
+ *    bit: a second run, the VRAM-streamed expert cache at floor / middle / full size with misses
+ *    copied in and with zero-copy reads, and decode steps with and without CUDA graphs.
+ * One line per check; a summary table at the end. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "backends/cuda/backend_cuda.h"
+#include "formats/quant.h"
+#include "formats/store.h"
+#include "sluice.h"
+
+static int failures, checks;
+static bool quick;
+
+#define EXPECT(cond, ...)                                                                        \
+    do {                                                                                         \
+        checks++;                                                                                \
+        if (!(cond)) {                                                                           \
+            failures++;                                                                          \
+            printf("FAIL ");                                                                     \
+            printf(__VA_ARGS__);                                                                 \
+            printf("\n");                                                                        \
+        }                                                                                        \
+    } while (0)
+
+/* ---- helpers ----------------------------------------------------------------------------------- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return ((float)(rnd32() & 0xffffff) / 16777216.0f) * 2.0f - 1.0f; }
+static float gauss(void) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += frand();
+    return s * 0.8f;
+}
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = gauss() * scale;
+    return v;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void *dev_copy(backend *g, const void *h, size_t bytes) {
+    void *d = be_alloc(g, bytes);
+    be_upload(g, d, h, bytes);
+    return d;
+}
+
+static float *host_of(backend *g, const void *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    be_download(g, h, d, n * sizeof *h);
+    return h;
+}
+
+/* A weight matrix of `type`: rows x K, random, quantized by the CPU reference. */
+static tview make_weight(uint32_t type, int64_t K, int64_t rows, float scale) {
+    const quant_traits *qt = quant_traits_of(type);
+    const size_t rb = quant_row_bytes(type, K);
+    uint8_t *data = malloc(rb * (size_t)rows);
+    float *x = rand_vec((size_t)K, scale);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < K; i++) x[i] = gauss() * scale;
+        qt->quantize(x, data + (size_t)r * rb, K);
+    }
+    free(x);
+    tview t = {.type = type, .ne = {K, rows, 1, 1}, .row_bytes = rb, .mat_bytes = rb * (size_t)rows,
+               .data = data, .name = quant_type_name(type)};
+    return t;
+}
+
+static const uint32_t all_types[] = {
+    GGML_TYPE_F32,  GGML_TYPE_F16,   GGML_TYPE_BF16,    GGML_TYPE_Q4_0,    GGML_TYPE_Q5_0,
+    GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4,  GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,  GGML_TYPE_Q6_K,    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+    GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ4_XS,
+};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+/* ---- 1. codecs --------------------------------------------------------------------------------- */
+
+static void test_codecs(backend *g) {
+    printf("== codecs (device decode vs CPU decode; device dot vs CPU dot)\n");
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        const quant_traits *qt = quant_traits_of(type);
+        const int64_t K = 1024;
+        tview w = make_weight(type, K, 1, 0.5f);
+        float *x = rand_vec((size_t)K, 1.0f);
+        float *deq = malloc((size_t)K * sizeof *deq), *gdeq = malloc((size_t)K * sizeof *gdeq);
+        qt->dequantize(w.data, deq, K);
+        const quant_traits *at = quant_traits_of(qt->act_type);
+        uint8_t *act = malloc(quant_row_bytes(qt->act_type, K));
+        at->quantize(x, act, K);
+        const float cdot = qt->dot(K, w.data, act);
+        float gdot = 0;
+        int rc = backend_cuda_selftest_row(g, type, w.data, K, x, gdeq, &gdot);
+        const bool exact = rc == 0 && memcmp(deq, gdeq, (size_t)K * sizeof *deq) == 0;
+        const double dr = fabs((double)gdot - cdot) / (fabs(cdot) > 1e-6 ? fabs(cdot) : 1e-6);
+        printf("  %-8s decode %s (rel %.2g)  dot cpu %.7g gpu %.7g rel %.2g\n", quant_type_name(type),
+               exact ? "exact" : "DIFFERS", rel_err(gdeq, deq, (size_t)K), cdot, gdot, dr);
+        EXPECT(rc == 0, "%s: unsupported on the device", quant_type_name(type));
+        EXPECT(exact, "%s: device decode differs from the CPU's", quant_type_name(type));
+        EXPECT(dr < 2e-5, "%s: dot product relative difference %.3g", quant_type_name(type), dr);
+        free(x);
+        free(deq);
+        free(gdeq);
+        free(act);
+        free((void *)w.data);
+    }
+}
+
+/* ---- 2. ops ------------------------------------------------------------------------------------ */
+
+static void test_matmul(backend *c, backend *g) {
+    printf("== matmul / matmul_swiglu (rows 96 x K 1024; n = 1, 5, 8, 9, 70)\n");
+    const int ns[] = {1, 5, 8, 9, 70};
+    const int64_t K = 1024, R = 96;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        tview w = make_weight(type, K, R, 0.3f), u = make_weight(type, K, R, 0.3f);
+        double worst = 0, worst_sw = 0;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int n = ns[ni];
+            float *x = rand_vec((size_t)n * K, 1.0f);
+            float *oc = malloc((size_t)n * R * sizeof *oc);
+            be_matmul(c, &w, x, n, oc);
+            float *xd = dev_copy(g, x, (size_t)n * K * sizeof *x);
+            float *od = be_alloc(g, (size_t)n * R * sizeof *od);
+            be_matmul(g, &w, xd, n, od);
+            float *og = host_of(g, od, (size_t)n * R);
+            double e = rel_err(og, oc, (size_t)n * R);
+            if (e > worst) worst = e;
+            be_matmul_swiglu(c, &w, &u, x, n, oc);
+            be_matmul_swiglu(g, &w, &u, xd, n, od);
+            free(og);
+            og = host_of(g, od, (size_t)n * R);
+            e = rel_err(og, oc, (size_t)n * R);
+            if (e > worst_sw) worst_sw = e;
+            free(og);
+            free(oc);
+            free(x);
+            be_mfree(g, xd);
+            be_mfree(g, od);
+        }
+        printf("  %-8s matmul rel %.2g  swiglu rel %.2g\n", quant_type_name(type), worst, worst_sw);
+        EXPECT(worst < 1e-4, "%s matmul: rel %.3g", quant_type_name(type), worst);
+        EXPECT(worst_sw < 1e-4, "%s matmul_swiglu: rel %.3g", quant_type_name(type), worst_sw);
+        free((void *)w.data);
+        free((void *)u.data);
+    }
+}
+
+static void test_norm_rope_attn(backend *c, backend *g) {
+    printf("== rmsnorm, l2norm, rope, kv_store + attention\n");
+    {
+        const int rows = 37, dim = 320;
+        float *x = rand_vec((size_t)rows * dim, 2.0f), *w = rand_vec((size_t)dim, 1.0f);
+        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = dim * 4,
+                    .mat_bytes = dim * 4, .data = w, .name = "norm"};
+        float *yc = malloc((size_t)rows * dim * 4);
+        be_rmsnorm(c, x, &wt, rows, dim, 1e-6f, yc);
+        float *xd = dev_copy(g, x, (size_t)rows * dim * 4), *yd = be_alloc(g, (size_t)rows * dim * 4);
+        be_rmsnorm(g, xd, &wt, rows, dim, 1e-6f, yd);
+        float *yg = host_of(g, yd, (size_t)rows * dim);
+        const bool same = memcmp(yg, yc, (size_t)rows * dim * 4) == 0;
+        printf("  rmsnorm %s (rel %.2g)\n", same ? "bit-identical" : "differs", rel_err(yg, yc, (size_t)rows * dim));
+        EXPECT(rel_err(yg, yc, (size_t)rows * dim) < 1e-6, "rmsnorm");
+        be_l2norm(c, x, rows, dim, 1e-6f, yc);
+        be_l2norm(g, xd, rows, dim, 1e-6f, yd);
+        free(yg);
+        yg = host_of(g, yd, (size_t)rows * dim);
+        printf("  l2norm rel %.2g\n", rel_err(yg, yc, (size_t)rows * dim));
+        EXPECT(rel_err(yg, yc, (size_t)rows * dim) < 1e-6, "l2norm");
+        free(yg);
+        free(yc);
+        free(x);
+        free(w);
+        be_mfree(g, xd);
+        be_mfree(g, yd);
+    }
+    /* rope and attention read the step's positions (set_inputs) on the device */
+    const int n_head = 16, n_head_kv = 2, ctx = 300;
+    const int cases[][2] = {{1, 200}, {5, 50}, {37, 0}, {70, 120}};
+    const int hds[] = {64, 128, 256};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int hd = hds[hi];
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const int n = cases[ci][0], pos0 = cases[ci][1];
+            int32_t *tok = calloc((size_t)n, sizeof *tok);
+            const int32_t *ids_c, *pos_c, *ids_g, *pos_g;
+            be_set_inputs(c, tok, n, pos0, &ids_c, &pos_c);
+            be_set_inputs(g, tok, n, pos0, &ids_g, &pos_g);
+            const size_t qn = (size_t)n * n_head * hd, kr = (size_t)n_head_kv * hd;
+            float *q = rand_vec(qn, 1.0f), *k = rand_vec((size_t)n * kr, 1.0f), *v = rand_vec((size_t)n * kr, 1.0f);
+            float *kc = rand_vec((size_t)ctx * kr, 1.0f), *vc = rand_vec((size_t)ctx * kr, 1.0f);
+            float *qd = dev_copy(g, q, qn * 4), *kd = dev_copy(g, k, (size_t)n * kr * 4);
+            float *vd = dev_copy(g, v, (size_t)n * kr * 4);
+            float *kcd = dev_copy(g, kc, (size_t)ctx * kr * 4), *vcd = dev_copy(g, vc, (size_t)ctx * kr * 4);
+            for (int mode = 0; mode <= 2; mode += 2) {
+                be_rope(c, q, n, n_head, hd, hd / 2, pos_c, 1e6f, (rope_mode)mode);
+                be_rope(g, qd, n, n_head, hd, hd / 2, pos_g, 1e6f, (rope_mode)mode);
+            }
+            float *qg = host_of(g, qd, qn);
+            const double er = rel_err(qg, q, qn);
+            be_kv_store(c, kc, vc, k, v, n, pos_c, kr, kr);
+            be_kv_store(g, kcd, vcd, kd, vd, n, pos_g, kr, kr);
+            float *oc = malloc(qn * 4), *od = be_alloc(g, qn * 4);
+            be_attention(c, q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd, 1.0f / sqrtf((float)hd), oc);
+            be_attention(g, qd, kcd, vcd, n, pos0, n_head, n_head_kv, hd, hd, 1.0f / sqrtf((float)hd), od);
+            float *og = host_of(g, od, qn);
+            const double ea = rel_err(og, oc, qn);
+            printf("  hd %3d n %2d pos0 %3d: rope rel %.2g  attention rel %.2g\n", hd, n, pos0, er, ea);
+            EXPECT(er < 1e-5, "rope hd %d n %d", hd, n);
+            EXPECT(ea < 1e-4, "attention hd %d n %d pos0 %d: %.3g", hd, n, pos0, ea);
+            free(q); free(k); free(v); free(kc); free(vc); free(qg); free(oc); free(og); free(tok);
+            be_mfree(g, qd); be_mfree(g, kd); be_mfree(g, vd); be_mfree(g, kcd); be_mfree(g, vcd);
+            be_mfree(g, od);
+        }
+    }
+}
+
+static void test_ssm(backend *c, backend *g) {
+    printf("== conv1d_silu, gated delta rule, gates, sigmoid_mul, copy_rows\n");
+    {
+        const int n = 9, C = 300, K = 4;
+        float *x = rand_vec((size_t)n * C, 1.0f), *w = rand_vec((size_t)C * K, 0.5f);
+        float *st = rand_vec((size_t)(K - 1) * C, 1.0f), *y = malloc((size_t)n * C * 4);
+        float *xd = dev_copy(g, x, (size_t)n * C * 4), *std_ = dev_copy(g, st, (size_t)(K - 1) * C * 4);
+        float *yd = be_alloc(g, (size_t)n * C * 4);
+        be_conv1d_silu(c, x, n, C, w, K, st, y);
+        be_conv1d_silu(g, xd, n, C, w, K, std_, yd);
+        float *yg = host_of(g, yd, (size_t)n * C), *sg = host_of(g, std_, (size_t)(K - 1) * C);
+        printf("  conv1d_silu rel %.2g state rel %.2g\n", rel_err(yg, y, (size_t)n * C),
+               rel_err(sg, st, (size_t)(K - 1) * C));
+        EXPECT(rel_err(yg, y, (size_t)n * C) < 1e-5 && rel_err(sg, st, (size_t)(K - 1) * C) == 0, "conv1d");
+        free(x); free(w); free(st); free(y); free(yg); free(sg);
+        be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
+    }
+    const int dks[] = {64, 128};
+    for (size_t di = 0; di < 2; di++)
+        for (int tiled = 0; tiled <= 1; tiled++)
+            for (int n = 1; n <= 20; n += 19) {
+                const int Hk = 2, Hv = 4, Dk = dks[di], Dv = 96;
+                gdn_params p = {.n_tok = n, .n_k_head = Hk, .n_v_head = Hv, .d_k = Dk, .d_v = Dv,
+                                .kv_tiled = tiled, .q_scale = 1.0f / sqrtf((float)Dk), .chunk = 0};
+                const size_t qn = (size_t)n * Hk * Dk, vn = (size_t)n * Hv * Dv, sn = (size_t)Hv * Dv * Dk;
+                float *q = rand_vec(qn, 0.1f), *k = rand_vec(qn, 0.1f), *v = rand_vec(vn, 1.0f);
+                float *gg = malloc((size_t)n * Hv * 4), *b = malloc((size_t)n * Hv * 4);
+                for (int i = 0; i < n * Hv; i++) {
+                    gg[i] = -0.05f - 0.1f * fabsf(frand());
+                    b[i] = 0.5f + 0.4f * frand();
+                }
+                float *s = rand_vec(sn, 0.2f), *o = malloc(vn * 4);
+                float *qd = dev_copy(g, q, qn * 4), *kd = dev_copy(g, k, qn * 4), *vd = dev_copy(g, v, vn * 4);
+                float *gd = dev_copy(g, gg, (size_t)n * Hv * 4), *bd = dev_copy(g, b, (size_t)n * Hv * 4);
+                float *sd = dev_copy(g, s, sn * 4), *od = be_alloc(g, vn * 4);
+                be_gated_delta(c, q, k, v, gg, b, s, &p, o);
+                be_gated_delta(g, qd, kd, vd, gd, bd, sd, &p, od);
+                float *og = host_of(g, od, vn), *sg = host_of(g, sd, sn);
+                const double eo = rel_err(og, o, vn), es = rel_err(sg, s, sn);
+                printf("  gated_delta d_k %d tiled %d n %2d: out rel %.2g state rel %.2g\n", Dk, tiled, n, eo, es);
+                EXPECT(eo < 1e-4 && es < 1e-4, "gated_delta d_k %d n %d", Dk, n);
+                free(q); free(k); free(v); free(gg); free(b); free(s); free(o); free(og); free(sg);
+                be_mfree(g, qd); be_mfree(g, kd); be_mfree(g, vd); be_mfree(g, gd); be_mfree(g, bd);
+                be_mfree(g, sd); be_mfree(g, od);
+            }
+    {
+        const int n = 7, H = 32;
+        float *b = rand_vec((size_t)n * H, 2.0f), *a = rand_vec((size_t)n * H, 2.0f);
+        float *dt = rand_vec(H, 1.0f), *aa = rand_vec(H, 1.0f);
+        float *bd = dev_copy(g, b, (size_t)n * H * 4), *ad = dev_copy(g, a, (size_t)n * H * 4);
+        be_gdn_gates(c, b, a, dt, aa, n, H);
+        be_gdn_gates(g, bd, ad, dt, aa, n, H);
+        float *bg = host_of(g, bd, (size_t)n * H), *ag = host_of(g, ad, (size_t)n * H);
+        printf("  gdn_gates rel %.2g / %.2g\n", rel_err(bg, b, (size_t)n * H), rel_err(ag, a, (size_t)n * H));
+        EXPECT(rel_err(bg, b, (size_t)n * H) < 1e-6 && rel_err(ag, a, (size_t)n * H) < 1e-6, "gdn_gates");
+        float *x = rand_vec((size_t)n * 64, 1.0f), *xd = dev_copy(g, x, (size_t)n * 64 * 4);
+        be_sigmoid_mul(c, x, b, n, 64, 1);
+        be_sigmoid_mul(g, xd, bd, n, 64, 1);
+        float *xg = host_of(g, xd, (size_t)n * 64);
+        printf("  sigmoid_mul rel %.2g\n", rel_err(xg, x, (size_t)n * 64));
+        EXPECT(rel_err(xg, x, (size_t)n * 64) < 1e-6, "sigmoid_mul");
+        float *y = malloc((size_t)n * 20 * 4), *yd = be_alloc(g, (size_t)n * 20 * 4);
+        be_copy_rows(c, y, 20, x + 3, 64, n, 20);
+        be_copy_rows(g, yd, 20, xd + 3, 64, n, 20);
+        float *yg = host_of(g, yd, (size_t)n * 20);
+        EXPECT(memcmp(yg, y, (size_t)n * 20 * 4) == 0, "copy_rows");
+        free(b); free(a); free(dt); free(aa); free(bg); free(ag); free(x); free(xg); free(y); free(yg);
+        be_mfree(g, bd); be_mfree(g, ad); be_mfree(g, xd); be_mfree(g, yd);
+    }
+}
+
+static void test_moe(backend *c, backend *g) {
+    printf("== moe_route, moe_experts (expert table; decode and tiled)\n");
+    const int E = 256, X = 16, k = 4, F = 256;
+    const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_IQ2_XS};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        tview gate[16], up[16], down[16];
+        void *dg[16], *du[16], *dd[16];
+        expert_layer_layout L = {.present = true};
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            L.part[p].type = type;
+            L.part[p].ne0 = p == EXPERT_DOWN ? F : E;
+            L.part[p].ne1 = p == EXPERT_DOWN ? E : F;
+        }
+        expert_layout lay = {.n_layer = 1, .n_expert = X, .layers = &L};
+        if (g->ops->experts_init(g, &lay) != 0) {
+            EXPECT(0, "experts_init");
+            return;
+        }
+        for (int e = 0; e < X; e++) {
+            gate[e] = make_weight(type, E, F, 0.2f);
+            up[e] = make_weight(type, E, F, 0.2f);
+            down[e] = make_weight(type, F, E, 0.2f);
+            dg[e] = dev_copy(g, gate[e].data, gate[e].mat_bytes);
+            du[e] = dev_copy(g, up[e].data, up[e].mat_bytes);
+            dd[e] = dev_copy(g, down[e].data, down[e].mat_bytes);
+            g->ops->experts_set(g, 0, e, dg[e], du[e], dd[e]);
+        }
+        const int ns[] = {1, 3, 40};
+        for (size_t ni = 0; ni < 3; ni++) {
+            const int n = ns[ni];
+            float *lg = rand_vec((size_t)n * X, 2.0f), *x = rand_vec((size_t)n * E, 1.0f);
+            int32_t *ids = malloc((size_t)n * k * 4);
+            float *w = malloc((size_t)n * k * 4);
+            float *lgd = dev_copy(g, lg, (size_t)n * X * 4);
+            int32_t *idd = be_alloc(g, (size_t)n * k * 4);
+            float *wd = be_alloc(g, (size_t)n * k * 4);
+            be_moe_route(c, lg, n, X, k, true, ids, w);
+            be_moe_route(g, lgd, n, X, k, true, idd, wd);
+            int32_t *idg = malloc((size_t)n * k * 4);
+            be_download(g, idg, idd, (size_t)n * k * 4);
+            float *wg = host_of(g, wd, (size_t)n * k);
+            const bool same_ids = memcmp(idg, ids, (size_t)n * k * 4) == 0;
+            EXPECT(same_ids, "moe_route ids (%s n %d)", quant_type_name(type), n);
+            EXPECT(rel_err(wg, w, (size_t)n * k) < 1e-6, "moe_route weights");
+            /* reference: each slot on its own through the CPU ops, combined in slot order */
+            float *ref = calloc((size_t)n * E, 4), *h = malloc((size_t)F * 4), *y = malloc((size_t)E * 4);
+            for (int t = 0; t < n; t++)
+                for (int s = 0; s < k; s++) {
+                    const int e = ids[t * k + s];
+                    be_matmul_swiglu(c, &gate[e], &up[e], x + (size_t)t * E, 1, h);
+                    be_matmul(c, &down[e], h, 1, y);
+                    for (int i = 0; i < E; i++)
+                        ref[(size_t)t * E + i] = s == 0 ? y[i] * w[t * k] : ref[(size_t)t * E + i] + y[i] * w[t * k + s];
+                }
+            float *xd = dev_copy(g, x, (size_t)n * E * 4), *od = be_alloc(g, (size_t)n * E * 4);
+            int rc = g->ops->moe_experts(g, 0, xd, n, idd, wd, k, od);
+            float *og = host_of(g, od, (size_t)n * E);
+            const double eo = rel_err(og, ref, (size_t)n * E);
+            printf("  %-6s n %2d: route ids %s, weights rel %.2g; experts rel %.2g\n", quant_type_name(type), n,
+                   same_ids ? "same" : "DIFFER", rel_err(wg, w, (size_t)n * k), eo);
+            EXPECT(rc == 0 && eo < 2e-4, "moe_experts %s n %d: %.3g", quant_type_name(type), n, eo);
+            free(lg); free(x); free(ids); free(w); free(idg); free(wg); free(ref); free(h); free(y); free(og);
+            be_mfree(g, lgd); be_mfree(g, idd); be_mfree(g, wd); be_mfree(g, xd); be_mfree(g, od);
+        }
+        for (int e = 0; e < X; e++) {
+            free((void *)gate[e].data); free((void *)up[e].data); free((void *)down[e].data);
+            be_mfree(g, dg[e]); be_mfree(g, du[e]); be_mfree(g, dd[e]);
+        }
+    }
+}
+
+/* ---- 3. models --------------------------------------------------------------------------------- */
+
+typedef struct run_out {
+    float *all;   /* [n][V] prompt logits */
+    float *last;  /* [V] logits after the decode steps */
+    int32_t gen[64];
+    int n_gen;
+    bool ok;
+    char mode[16];
+    sluice_expert_stats st;
+} run_out;
+
+static run_out run_model(const char *path, const sluice_model_params *mp, const int32_t *ids, int n,
+                         int n_gen, int batch) {
+    run_out r;
+    memset(&r, 0, sizeof r);
+    sluice_model *m = sluice_model_load(path, mp);
+    if (!m) {
+        printf("  load failed: %s\n", sluice_last_error());
+        return r;
+    }
+    sluice_model_info info;
+    sluice_model_get_info(m, &info);
+    const int V = info.n_vocab;
+    sluice_session_params sp = {.n_ctx = n + n_gen + 8, .n_batch = batch ? batch : n, .n_threads = 0};
+    sluice_session *s = sluice_session_new(m, &sp);
+    r.all = malloc((size_t)n * V * sizeof(float));
+    r.last = malloc((size_t)V * sizeof(float));
+    bool ok = s && sluice_session_eval(s, ids, n, r.all) == 0;
+    sluice_sampler_params gp = sluice_sampler_defaults();
+    gp.temperature = 0;
+    if (ok) sluice_session_set_sampler(s, &gp);
+    for (int i = 0; ok && i < n_gen; i++) {
+        int32_t t = sluice_session_sample(s);
+        r.gen[r.n_gen++] = t;
+        ok = sluice_session_eval(s, &t, 1, NULL) == 0;
+    }
+    if (ok) memcpy(r.last, sluice_session_logits(s), (size_t)V * sizeof(float));
+    else printf("  eval failed: %s\n", sluice_last_error());
+    r.ok = ok;
+    snprintf(r.mode, sizeof r.mode, "%s", sluice_model_mode(m));
+    sluice_model_expert_stats(m, &r.st);
+    sluice_session_free(s);
+    sluice_model_free(m);
+    return r;
+}
+
+static void free_run(run_out *r) {
+    free(r->all);
+    free(r->last);
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int argmax(const float *v, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+static bool same_run(const run_out *a, const run_out *b, int n, int V) {
+    return a->ok && b->ok && memcmp(a->all, b->all, (size_t)n * V * sizeof(float)) == 0 &&
+           memcmp(a->last, b->last, (size_t)V * sizeof(float)) == 0 && a->n_gen == b->n_gen &&
+           memcmp(a->gen, b->gen, (size_t)a->n_gen * sizeof(int32_t)) == 0;
+}
+
+static int32_t *load_ids(const char *golden, const char *name, int *n, int vocab, int want) {
+    int32_t *ids = malloc(4096 * sizeof *ids);
+    int k = 0;
+    if (golden) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.prompt.ids", golden, name);
+        FILE *fp = fopen(path, "r");
+        while (fp && k < 4096 && fscanf(fp, "%d", &ids[k]) == 1) k++;
+        if (fp) fclose(fp);
+    }
+    if (k == 0) /* synthetic prompt */
+        for (k = 0; k < want; k++) ids[k] = (int32_t)(rnd32() % (uint32_t)vocab);
+    if (k > want) k = want;
+    *n = k;
+    return ids;
+}
+
+static void test_model(const char *path, const char *golden, int want) {
+    const char *slash = strrchr(path, '/');
+    char name[256];
+    snprintf(name, sizeof name, "%s", slash ? slash + 1 : path);
+    char *dot = strstr(name, ".gguf");
+    if (dot) *dot = 0;
+    sluice_model_params probe = {.plan_only = true, .no_watchdog = true};
+    sluice_model *pm = sluice_model_load(path, &probe);
+    if (!pm) {
+        printf("== %s: cannot load: %s\n", name, sluice_last_error());
+        EXPECT(0, "%s load", name);
+        return;
+    }
+    sluice_model_info info;
+    sluice_model_get_info(pm, &info);
+    char planbuf[8192];
+    sluice_model_plan(pm, true, planbuf, sizeof planbuf);
+    sluice_model_free(pm);
+    const int V = info.n_vocab, X = info.n_expert, L = info.n_layer;
+    int n = 0;
+    int32_t *ids = load_ids(golden, name, &n, V, want);
+    const int n_gen = quick ? 4 : 16;
+    printf("== %s (%s, %d layers, %d experts): %d prompt tokens, %d generated\n", name, info.arch, L, X, n, n_gen);
+
+    sluice_model_params cpu = {.no_watchdog = true, .n_ctx = n + n_gen + 8};
+    run_out rc = run_model(path, &cpu, ids, n, n_gen, 0);
+    sluice_model_params gpu = cpu;
+    gpu.backend = SLUICE_BACKEND_CUDA;
+    run_out rg = run_model(path, &gpu, ids, n, n_gen, 0);
+    EXPECT(rc.ok && rg.ok, "%s: CPU and GPU runs", name);
+    if (!rc.ok || !rg.ok) {
+        free_run(&rc);
+        free_run(&rg);
+        free(ids);
+        return;
+    }
+    double *rel = malloc((size_t)n * sizeof *rel);
+    int top1 = 0;
+    for (int t = 0; t < n; t++) {
+        double num = 0, den = 0;
+        for (int v = 0; v < V; v++) {
+            double d = (double)rg.all[(size_t)t * V + v] - rc.all[(size_t)t * V + v];
+            num += d * d;
+            den += (double)rc.all[(size_t)t * V + v] * rc.all[(size_t)t * V + v];
+        }
+        rel[t] = sqrt(num / (den > 0 ? den : 1));
+        top1 += argmax(rg.all + (size_t)t * V, V) == argmax(rc.all + (size_t)t * V, V);
+    }
+    qsort(rel, (size_t)n, sizeof *rel, cmp_d);
+    const double median = rel[n / 2], worst = rel[n - 1];
+    int greedy = 0;
+    while (greedy < rg.n_gen && rg.gen[greedy] == rc.gen[greedy]) greedy++;
+    const bool f32 = strstr(name, "F32") || strstr(name, "stories");
+    printf("  GPU vs CPU: median rel %.3g, max rel %.3g, top-1 %d/%d, greedy %d/%d (%s)\n", median, worst,
+           top1, n, greedy, n_gen, rg.mode);
+    EXPECT(median <= (f32 ? 1e-5 : 1e-4), "%s: median rel %.3g", name, median);
+    EXPECT(worst <= 5e-2, "%s: max rel %.3g", name, worst);
+    EXPECT(top1 >= n * 95 / 100, "%s: top-1 %d/%d", name, top1, n);
+    EXPECT(greedy >= n_gen * 3 / 4, "%s: greedy %d/%d", name, greedy, n_gen);
+    free(rel);
+
+    /* the GPU's own invariants */
+    run_out again = run_model(path, &gpu, ids, n, n_gen, 0);
+    bool same = same_run(&again, &rg, n, V);
+    printf("  GPU rerun: %s\n", same ? "bit-identical" : "DIFFERS");
+    EXPECT(same, "%s: GPU rerun differs", name);
+    free_run(&again);
+    sluice_model_params ng = gpu;
+    ng.no_graph = true;
+    run_out eager = run_model(path, &ng, ids, n, n_gen, 0);
+    same = same_run(&eager, &rg, n, V);
+    printf("  decode without CUDA graphs: %s\n", same ? "bit-identical" : "DIFFERS");
+    EXPECT(same, "%s: graph vs eager decode differ", name);
+    free_run(&eager);
+    if (X > 0) {
+        const int floor = X + 1, full = L * X;
+        const int sizes[] = {floor, (floor + full) / 2, full};
+        for (int zc = 0; zc <= 1; zc++)
+            for (int si = 0; si < 3; si++) {
+                if (quick && si == 1) continue;
+                sluice_model_params sm = gpu;
+                sm.mode = SLUICE_MODE_STREAM;
+                sm.cache_experts = sizes[si];
+                sm.gpu_miss = zc ? SLUICE_GPU_MISS_ZEROCOPY : SLUICE_GPU_MISS_COPY;
+                run_out rs = run_model(path, &sm, ids, n, n_gen, 0);
+                same = same_run(&rs, &rg, n, V);
+                printf("  GPU stream %-8s cache %5d slots: %s (%s; acquires %llu, hits %llu, misses %llu, "
+                       "%.1f MB copied)\n",
+                       zc ? "zerocopy" : "copy", sizes[si], same ? "bit-identical" : "DIFFERS", rs.mode,
+                       (unsigned long long)rs.st.acquires, (unsigned long long)rs.st.hits,
+                       (unsigned long long)rs.st.misses, (double)rs.st.bytes_read / 1e6);
+                EXPECT(same, "%s: GPU stream (%s, %d slots) differs from GPU resident", name,
+                       zc ? "zerocopy" : "copy", sizes[si]);
+                free_run(&rs);
+            }
+    }
+    free_run(&rc);
+    free_run(&rg);
+    free(ids);
+}
+
+int main(int argc, char **argv) {
+    const char *golden = NULL;
+    bool ops_only = false;
+    int want = 64;
+    const char *models[64];
+    int n_models = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--ops-only") == 0) ops_only = true;
+        else if (strcmp(argv[i], "--golden") == 0 && i + 1 < argc) golden = argv[++i];
+        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) want = atoi(argv[++i]);
+        else if (n_models < 64) models[n_models++] = argv[i];
+    }
+    cuda_device_info info;
+    if (!backend_cuda_probe(0, &info)) {
+        printf("no CUDA device (%s): skipped\n", info.error);
+        return 77;
+    }
+    printf("device: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f free)\n", info.name, info.cc_major,
+           info.cc_minor, info.sm_count, (double)info.mem_total / (1 << 30), (double)info.mem_free / (1 << 30));
+    char err[256];
+    backend_cuda_params bp = {.device = 0};
+    backend *g = backend_cuda_new(&bp, err, sizeof err);
+    backend *c = backend_cpu_new(2);
+    if (!g || !c) {
+        printf("cannot create backends: %s\n", err);
+        return 1;
+    }
+    test_codecs(g);
+    test_matmul(c, g);
+    test_norm_rope_attn(c, g);
+    test_ssm(c, g);
+    test_moe(c, g);
+    be_free(g);
+    be_free(c);
+    if (!ops_only)
+        for (int i = 0; i < n_models; i++) test_model(models[i], golden, want);
+    printf("== %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
