@@ -63,6 +63,13 @@ static bool in_experts(const expert_layout *l, uint64_t off, uint64_t bytes) {
 int model_gpu_bind(sluice_model *m, const char *label) {
     const sluice_model_params *p = &m->params;
     char err[512];
+    static const char *const archs[] = {"llama", "qwen3moe", "qwen35moe", "qwen3next"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= strcmp(m->arch_name, archs[i]) == 0;
+    if (!known) { /* its forward pass uses operations the device backend does not have yet */
+        sluice_set_error("%s: the CUDA backend does not run architecture '%s' yet", label, m->arch_name);
+        return -1;
+    }
     m->request.gpu = true;
     m->request.gpu_budget = p->gpu_budget;
     m->request.gpu_zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY;

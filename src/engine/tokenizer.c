@@ -793,3 +793,40 @@ size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool r
     free(tmp);
     return total;
 }
+
+/* ---- merge queue ---------------------------------------------------------------------------- */
+
+int tok_heap_push(tok_heap *h, const void *e) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        unsigned char *nd = realloc(h->data, nc * h->elem);
+        if (!nd) return -1;
+        h->data = nd;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) { /* sift up */
+        size_t p = (i - 1) / 2;
+        if (!h->before(e, h->data + p * h->elem)) break;
+        memcpy(h->data + i * h->elem, h->data + p * h->elem, h->elem);
+        i = p;
+    }
+    memcpy(h->data + i * h->elem, e, h->elem);
+    return 0;
+}
+
+void tok_heap_pop(tok_heap *h, void *out) {
+    unsigned char last[64];
+    memcpy(out, h->data, h->elem);
+    memcpy(last, h->data + --h->n * h->elem, h->elem);
+    size_t i = 0, n = h->n;
+    for (;;) { /* sift down */
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h->before(h->data + (c + 1) * h->elem, h->data + c * h->elem)) c++;
+        if (!h->before(h->data + c * h->elem, last)) break;
+        memcpy(h->data + i * h->elem, h->data + c * h->elem, h->elem);
+        i = c;
+    }
+    if (n) memcpy(h->data + i * h->elem, last, h->elem);
+}

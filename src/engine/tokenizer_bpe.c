@@ -402,48 +402,15 @@ typedef struct scratch {
     int32_t *id, *prev, *next;
     uint32_t *start, *len;
     size_t sym_cap;
-    bigram *heap;
-    size_t heap_n, heap_cap;
+    tok_heap heap; /* of bigram */
     char *enc;
     size_t enc_cap;
 } scratch;
 
-static bool bigram_less(const bigram *x, const bigram *y) {
+/* merge order: lowest rank first, then leftmost */
+static bool bigram_less(const void *a, const void *b) {
+    const bigram *x = a, *y = b;
     return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
-}
-
-static int heap_push(scratch *s, bigram g) {
-    if (s->heap_n == s->heap_cap) {
-        size_t nc = s->heap_cap ? s->heap_cap * 2 : 64;
-        bigram *nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) return -1;
-        s->heap = nh;
-        s->heap_cap = nc;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_less(&g, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = g;
-    return 0;
-}
-
-static bigram heap_pop(scratch *s) {
-    bigram top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && bigram_less(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!bigram_less(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
 }
 
 static int scratch_reserve(scratch *s, size_t n) {
@@ -474,7 +441,7 @@ static int try_bigram(const tok_bpe *b, scratch *s, int32_t l, int32_t r) {
     const merge_val *m = merge_find(b, s->id[l], s->id[r]);
     if (!m) return 0;
     bigram g = {m->rank, l, s->id[l], s->id[r]};
-    return heap_push(s, g);
+    return tok_heap_push(&s->heap, &g);
 }
 
 /* BPE of one pre-tokenized word (bytes as llama.cpp normalized them). */
@@ -504,11 +471,12 @@ static int bpe_word(const tok_bpe *b, const tok_vocab *v, scratch *s, const char
         s->prev[i] = i - 1;
         s->next[i] = i + 1 < ns ? i + 1 : -1;
     }
-    s->heap_n = 0;
+    s->heap.n = 0;
     for (int32_t i = 1; i < ns; i++)
         if (try_bigram(b, s, i - 1, i)) return -1;
-    while (s->heap_n) {
-        bigram g = heap_pop(s);
+    while (s->heap.n) {
+        bigram g;
+        tok_heap_pop(&s->heap, &g);
         int32_t l = g.left, r = s->next[l];
         /* stale: a side was merged away, or grew into a different token */
         if (s->len[l] == 0 || r < 0 || s->id[l] != g.lid || s->id[r] != g.rid) continue;
@@ -549,7 +517,7 @@ int tok_bpe_encode(const tok_bpe *b, const tok_vocab *v, const char *text, size_
     }
     int rc = -1;
     span_vec cur = {0}, nxt = {0};
-    scratch s = {0};
+    scratch s = {.heap = {.elem = sizeof(bigram), .before = bigram_less}};
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     if (!md || span_push(&cur, 0, nlen)) goto done;
     for (int i = 0; i < b->n_re; i++) {
@@ -571,7 +539,7 @@ done:
     free(s.next);
     free(s.start);
     free(s.len);
-    free(s.heap);
+    free(s.heap.data);
     free(s.enc);
     free(norm_buf);
     free(shadow_buf);

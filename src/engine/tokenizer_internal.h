@@ -21,6 +21,16 @@ uint64_t tok_hash_bytes(const char *s, size_t len);
 int32_t tok_vocab_find(const tok_vocab *v, const char *s, size_t len);
 static inline const char *tok_vocab_text(const tok_vocab *v, int32_t id) { return v->arena + v->off[id]; }
 
+/* A binary heap of fixed-size elements (at most 64 bytes) ordered by `before`: the merge
+ * queues of both BPE (lowest rank first) and SentencePiece (highest score first). */
+typedef struct tok_heap {
+    unsigned char *data;
+    size_t n, cap, elem;
+    bool (*before)(const void *a, const void *b);
+} tok_heap;
+int tok_heap_push(tok_heap *h, const void *e); /* 0, or -1 on allocation failure */
+void tok_heap_pop(tok_heap *h, void *out);     /* h->n > 0 */
+
 /* Append one id to a caller's growing array. 0, or -1 on allocation failure. */
 int tok_push(int32_t **ids, size_t *n, size_t *cap, int32_t id);
 

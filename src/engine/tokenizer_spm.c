@@ -25,47 +25,13 @@ typedef struct spm_state {
     const char *text;
     uint32_t *start, *len;
     int32_t *prev, *next;
-    spm_bigram *heap;
-    size_t heap_n, heap_cap;
+    tok_heap heap; /* of spm_bigram */
 } spm_state;
 
-/* max-heap order: higher score first, then lower left index */
-static bool spm_before(const spm_bigram *x, const spm_bigram *y) {
+/* merge order: higher score first, then lower left index */
+static bool spm_before(const void *a, const void *b) {
+    const spm_bigram *x = a, *y = b;
     return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-static int spm_push(spm_state *s, spm_bigram g) {
-    if (s->heap_n == s->heap_cap) {
-        size_t nc = s->heap_cap ? s->heap_cap * 2 : 64;
-        spm_bigram *nh = realloc(s->heap, nc * sizeof *nh);
-        if (!nh) return -1;
-        s->heap = nh;
-        s->heap_cap = nc;
-    }
-    size_t i = s->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!spm_before(&g, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = g;
-    return 0;
-}
-
-static spm_bigram spm_pop(spm_state *s) {
-    spm_bigram top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && spm_before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!spm_before(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = last;
-    return top;
 }
 
 static int try_add(spm_state *s, int32_t l, int32_t r) {
@@ -75,7 +41,7 @@ static int try_add(spm_state *s, int32_t l, int32_t r) {
     int32_t id = tok_vocab_find(s->v, s->text + s->start[l], size);
     if (id < 0) return 0;
     spm_bigram g = {s->v->score[id], l, r, size};
-    return spm_push(s, g);
+    return tok_heap_push(&s->heap, &g);
 }
 
 /* llama.cpp's byte_to_token for SPM: "<0xNN>", else the byte as a one-byte token. */
@@ -94,7 +60,7 @@ int tok_spm_encode(const tok_vocab *v, int32_t unk_id, const char *text, size_t 
     for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
     size_t elen = len + spaces * 2;
     if (elen > UINT32_MAX / 2) return -1;
-    spm_state s = {v, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0};
+    spm_state s = {.v = v, .heap = {.elem = sizeof(spm_bigram), .before = spm_before}};
     char *esc = malloc(elen);
     s.start = malloc(elen * sizeof *s.start);
     s.len = malloc(elen * sizeof *s.len);
@@ -128,8 +94,9 @@ int tok_spm_encode(const tok_vocab *v, int32_t unk_id, const char *text, size_t 
     }
     for (int32_t i = 1; i < ns; i++)
         if (try_add(&s, i - 1, i)) goto done;
-    while (s.heap_n) {
-        spm_bigram g = spm_pop(&s);
+    while (s.heap.n) {
+        spm_bigram g;
+        tok_heap_pop(&s.heap, &g);
         if (s.len[g.left] == 0 || s.len[g.right] == 0 || s.len[g.left] + s.len[g.right] != g.size)
             continue;
         s.len[g.left] += s.len[g.right];
@@ -160,6 +127,6 @@ done:
     free(s.len);
     free(s.prev);
     free(s.next);
-    free(s.heap);
+    free(s.heap.data);
     return rc;
 }
