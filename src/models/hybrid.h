@@ -49,6 +49,9 @@ bool gdn_load_layer(sluice_model *m, int il, bool qwen3next, char *err, size_t n
  * per layer, or one for all) when present, else every full_attention_interval-th layer (4 when
  * absent) is attention, as llama.cpp decides. Sets layers[].recurrent, hp.n_layer_recurrent. */
 bool hybrid_layer_pattern(sluice_model *m, char *err, size_t n);
+/* Hyper-parameters common to the hybrid families; *nextn receives the MTP block count (removed
+ * from n_layer). */
+bool hybrid_load_hparams(sluice_model *m, int *nextn, char *err, size_t n);
 /* Router and sigmoid-gated shared expert of layer il (models/qwen35moe.c). */
 bool hybrid_load_moe_layer(sluice_model *m, int il, char *err, size_t n);
 

@@ -58,7 +58,9 @@ bool hybrid_layer_pattern(sluice_model *m, char *err, size_t n) {
     return true;
 }
 
-static bool load_hparams(sluice_model *m, bool qwen3next, char *err, size_t n) {
+/* Hyper-parameters shared by the hybrid Gated DeltaNet + MoE families (qwen35moe, qwen3next,
+ * qwen4exp): attention, routed and shared experts, linear attention, the MTP block count. */
+bool hybrid_load_hparams(sluice_model *m, int *nextn_out, char *err, size_t n) {
     hparams *hp = &m->hp;
     int nextn = 0, d_inner = 0;
     if (!load_attention_hparams(m, err, n) ||
@@ -82,6 +84,7 @@ static bool load_hparams(sluice_model *m, bool qwen3next, char *err, size_t n) {
                  hp->n_layer);
         return false;
     }
+    *nextn_out = nextn;
     hp->n_layer -= nextn; /* the MTP block(s) come last and are not run */
     if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
         hp->n_expert_used > 64 || hp->n_ff_exp <= 0) {
@@ -113,7 +116,13 @@ static bool load_hparams(sluice_model *m, bool qwen3next, char *err, size_t n) {
     }
     hp->rope = ROPE_NEOX;
     hp->norm_topk = true;
-    hp->ssm_kv_tiled = !qwen3next;
+    return true;
+}
+
+static bool load_hparams(sluice_model *m, bool qwen3next, char *err, size_t n) {
+    int nextn;
+    if (!hybrid_load_hparams(m, &nextn, err, n)) return false;
+    m->hp.ssm_kv_tiled = !qwen3next;
     return true;
 }
 

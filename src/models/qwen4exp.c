@@ -55,56 +55,13 @@ static bool check_rope_sections(sluice_model *m, char *err, size_t n) {
 static bool load_hparams(sluice_model *m, char *err, size_t n) {
     hparams *hp = &m->hp;
     q4x_model *q = q4x_of(m);
-    int nextn = 0, d_inner = 0;
-    if (!load_attention_hparams(m, err, n) ||
-        !ld_int(m, "expert_count", &hp->n_expert, true, err, n) ||
-        !ld_int(m, "expert_used_count", &hp->n_expert_used, true, err, n) ||
-        !ld_int(m, "feed_forward_length", &hp->n_ff, false, err, n) ||
-        !ld_int(m, "expert_feed_forward_length", &hp->n_ff_exp, false, err, n) ||
-        !ld_int(m, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, err, n) ||
-        !ld_int(m, "nextn_predict_layers", &nextn, false, err, n) ||
-        !ld_int(m, "ssm.conv_kernel", &hp->ssm_kernel, true, err, n) ||
-        !ld_int(m, "ssm.inner_size", &d_inner, true, err, n) ||
-        !ld_int(m, "ssm.state_size", &hp->ssm_d_k, true, err, n) ||
-        !ld_int(m, "ssm.time_step_rank", &hp->ssm_n_v_head, true, err, n) ||
-        !ld_int(m, "ssm.group_count", &hp->ssm_n_k_head, true, err, n) ||
+    if (!hybrid_load_hparams(m, &q->nextn, err, n) ||
         !ld_int(m, "hyper_connection.count", &q->hc, true, err, n) ||
         !ld_int(m, "hyper_connection.low_rank", &q->hc_rank, true, err, n) ||
         !ld_int(m, "attention.indexer.head_count", &q->idx_n_head, true, err, n) ||
         !ld_int(m, "attention.indexer.key_length", &q->idx_dim, true, err, n) ||
         !ld_int(m, "attention.indexer.top_k", &q->idx_top_k, true, err, n))
         return false;
-    if (hp->n_ff_exp == 0 && hp->n_expert_used > 0) hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
-    if (hp->n_ff_shexp == 0) hp->n_ff_shexp = hp->n_ff;
-    if (nextn >= hp->n_layer) {
-        snprintf(err, n, "nextn_predict_layers %d leaves no trunk of %d blocks", nextn,
-                 hp->n_layer);
-        return false;
-    }
-    q->nextn = nextn;
-    hp->n_layer -= nextn;
-    if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
-        hp->n_expert_used > 64 || hp->n_ff_exp <= 0) {
-        snprintf(err, n, "invalid MoE shape: %d experts, %d used, width %d", hp->n_expert,
-                 hp->n_expert_used, hp->n_ff_exp);
-        return false;
-    }
-    if (hp->ssm_kernel < 1 || hp->ssm_kernel > HYBRID_MAX_CONV_KERNEL || hp->ssm_d_k <= 0 ||
-        hp->ssm_n_k_head <= 0 || hp->ssm_n_v_head <= 0 ||
-        hp->ssm_n_v_head % hp->ssm_n_k_head != 0 || d_inner <= 0 ||
-        d_inner % hp->ssm_n_v_head != 0 || hp->ssm_d_k > 4096 ||
-        (int64_t)hp->ssm_n_k_head * hp->ssm_d_k > (1 << 24) || d_inner > (1 << 24)) {
-        snprintf(err, n, "invalid linear-attention shape: kernel %d, %d key heads of %d, %d value "
-                 "heads, inner size %d", hp->ssm_kernel, hp->ssm_n_k_head, hp->ssm_d_k,
-                 hp->ssm_n_v_head, d_inner);
-        return false;
-    }
-    hp->ssm_d_v = d_inner / hp->ssm_n_v_head;
-    if (hp->head_dim_k != hp->head_dim_v) {
-        snprintf(err, n, "gated attention needs equal key and value head dims (%d, %d)",
-                 hp->head_dim_k, hp->head_dim_v);
-        return false;
-    }
     /* llama.cpp: a single stream has nothing to mix; the indexer sizes must be set */
     if (q->hc < 2 || q->hc > 16 || q->hc_rank < 1 || q->hc_rank > (1 << 16) ||
         q->idx_n_head < 1 || q->idx_n_head > 256 || q->idx_dim < 2 || q->idx_dim > 4096 ||
@@ -114,8 +71,6 @@ static bool load_hparams(sluice_model *m, char *err, size_t n) {
                  q->idx_top_k);
         return false;
     }
-    hp->rope = ROPE_NEOX;
-    hp->norm_topk = true;
     hp->ssm_kv_tiled = true;     /* value head h reads key head h % n_k_head, as qwen35moe */
     hp->ssm_gate_sigmoid = true; /* rmsnorm(o) * sigmoid(z) */
     return check_rope_sections(m, err, n);
