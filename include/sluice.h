@@ -21,6 +21,9 @@ extern "C" {
 
 #define SLUICE_VERSION "0.1.0"
 
+/* The git revision the library was built from ("abc123def456", "+dirty" when modified). */
+extern const char sluice_git_rev[];
+
 typedef struct sluice_model sluice_model;
 typedef struct sluice_session sluice_session;
 

@@ -5,12 +5,14 @@
 #   bench/cuda/run_h200.sh [STAGES]        STAGES: comma-separated, default "env,test,sanitize"
 #
 #   env       machine, driver, libraries
+#   mini      a small model (qwen35moe-mini): GPU bench with graphs, an eager per-op profile
 #   synth     synthetic models into /tmp (tiny ones of every type mix; BIG=1 also the 35B-A3B
 #             and 30B-A3B shapes, Q4_K_M; in the background while the next stages run)
 #   test      tests/gpu/test_cuda: codecs and ops vs the CPU, then every model (fixtures from
 #             tests/data and .devcarry/fixtures, tiny synthetic ones): GPU vs CPU logits and the
 #             GPU's bit-identity across resident / streamed / cache sizes / graphs
 #   sanitize  compute-sanitizer memcheck on the ops and one model
+#   tsynth    test_cuda (quick) on the tiny synthetic models of every type mix
 #   big       test_cuda on the 35B-A3B shape (short prompt) and an op profile of it
 #   bench     sluice bench --gpu: resident and --gpu-budget 8GiB (copy, zerocopy), both shapes
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files
@@ -23,7 +25,7 @@ ROOT=$(pwd)
 OUT=${OUT:-/tmp/out}
 W=/tmp/sl
 mkdir -p "$OUT" "$W" /tmp/models
-STAGES=${1:-env,test,sanitize}
+STAGES=${1:-env,synth,test,mini,sanitize,tsynth}
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/summary.txt"; }
@@ -58,11 +60,13 @@ fi
 SYNTH_PID=
 if has synth; then
   (
-    for arch in qwen3moe-tiny qwen35moe-tiny qwen3next-tiny; do
-      for t in Q8_0 Q6_K Q4_K_M Q2_K IQ4_XS Q2_K_XL F16 BF16; do
+    for arch in qwen3moe-tiny qwen35moe-tiny; do
+      for t in F32 Q8_0 Q6_K Q2_K IQ4_XS Q2_K_XL F16 BF16; do
         "$SL" synth --preset $arch --type $t -o /tmp/models/synth-$arch-$t.gguf -q -t 4 || echo "synth $arch $t failed"
       done
     done
+    "$SL" synth --preset qwen3next-tiny --type Q4_K_M -o /tmp/models/synth-qwen3next-tiny-Q4_K_M.gguf -q -t 4
+    "$SL" synth --preset qwen35moe-mini --type Q4_K_M -o /tmp/models/mini-qwen35moe-Q4_K_M.gguf -q -t 8
     if [ -n "${BIG:-}" ]; then
       [ -f "$Q35" ] || "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS"
       [ -n "${BIG30:-}" ] && { [ -f "$Q30" ] || "$SL" synth --preset qwen3moe-30b-a3b --type Q4_K_M -o "$Q30" -q -t "$THREADS"; }
@@ -70,27 +74,47 @@ if has synth; then
   ) > "$OUT/synth.log" 2>&1 &
   SYNTH_PID=$!
   # the tiny ones first (a few seconds), the tests want them
-  for i in $(seq 60); do [ -f /tmp/models/synth-qwen3next-tiny-BF16.gguf ] && break; sleep 1; done
+  for i in $(seq 90); do [ -f /tmp/models/synth-qwen3next-tiny-Q4_K_M.gguf ] && break; sleep 1; done
   say "synth: tiny models ready ($(ls /tmp/models/synth-*.gguf 2>/dev/null | wc -l))"
 fi
 
 if has test; then
-  MODELS=(tests/data/*.gguf models/stories260K.gguf)
-  for f in .devcarry/fixtures/*.gguf /tmp/models/synth-*.gguf; do [ -f "$f" ] && MODELS+=("$f"); done
-  timeout 420 "$TC" --golden "$GOLD" "${MODELS[@]}" > "$OUT/test_cuda.log" 2>&1
+  MODELS=(tests/data/qwen3moe-tiny-Q4_K_M.gguf tests/data/qwen35moe-tiny-Q4_K_M.gguf models/stories260K.gguf)
+  for f in .devcarry/fixtures/*.gguf; do [ -f "$f" ] && MODELS+=("$f"); done
+  timeout 240 "$TC" --golden "$GOLD" "${MODELS[@]}" > "$OUT/test_cuda.log" 2>&1
   rc=$?
-  say "test_cuda: rc=$rc; $(tail -1 "$OUT/test_cuda.log")"
-  grep -E "^FAIL|GPU vs CPU|^== " "$OUT/test_cuda.log" | head -80 >> "$OUT/summary.txt"
+  say "test_cuda (fixtures): rc=$rc; $(tail -1 "$OUT/test_cuda.log")"
+  grep -E "^FAIL|GPU vs CPU|^== [a-z]" "$OUT/test_cuda.log" | head -60 >> "$OUT/summary.txt"
+fi
+
+if has mini; then
+  for i in $(seq 120); do [ -f /tmp/models/mini-qwen35moe-Q4_K_M.gguf ] && break; sleep 1; done
+  MINI=/tmp/models/mini-qwen35moe-Q4_K_M.gguf
+  if [ -f "$MINI" ]; then
+    timeout 90 "$SL" bench -m "$MINI" --gpu -p 512 -n 64 -r 1 > "$OUT/mini.log" 2>&1
+    say "mini bench (graphs): rc=$?"; grep -E "^\|" "$OUT/mini.log" | tail -3 >> "$OUT/summary.txt"
+    timeout 90 "$SL" bench -m "$MINI" --gpu --gpu-profile -p 512 -n 16 -r 1 --no-warmup >> "$OUT/mini.log" 2>&1
+    say "mini profile (eager, per op): rc=$?"
+    sed -n '/CUDA op profile/,/| total/p' "$OUT/mini.log" >> "$OUT/summary.txt"
+  fi
 fi
 
 if has sanitize; then
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
     "$TC" --quick --ops-only > "$OUT/sanitize.log" 2>&1
   rc1=$?
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
-    "$TC" --quick --golden "$GOLD" --prompt 24 tests/data/qwen35moe-tiny-Q4_K_M.gguf >> "$OUT/sanitize.log" 2>&1
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$TC" --quick --ops-skip --golden "$GOLD" --prompt 24 tests/data/qwen35moe-tiny-Q4_K_M.gguf >> "$OUT/sanitize.log" 2>&1
   rc2=$?
   say "compute-sanitizer memcheck: ops rc=$rc1, model rc=$rc2; $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tr '\n' ' ')"
+fi
+
+if has tsynth; then
+  SYN=(/tmp/models/synth-*.gguf)
+  timeout 150 "$TC" --quick --ops-skip "${SYN[@]}" > "$OUT/test_synth.log" 2>&1
+  rc=$?
+  say "test_cuda (synthetic tiny, every type mix): rc=$rc; $(tail -1 "$OUT/test_synth.log")"
+  grep -E "^FAIL|GPU vs CPU|^== [a-z]" "$OUT/test_synth.log" | head -60 >> "$OUT/summary.txt"
 fi
 
 wait_big() {

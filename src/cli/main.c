@@ -30,7 +30,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "sluice %s (%s): inference for Mixture-of-Experts models from GGUF files\n\n"
             "usage: sluice COMMAND [options]\n\ncommands:\n",
-            SLUICE_VERSION, SLUICE_GIT_REV);
+            SLUICE_VERSION, sluice_git_rev);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n'sluice COMMAND --help' documents each command's options.\n"
@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        printf("sluice %s (%s)\n", SLUICE_VERSION, SLUICE_GIT_REV);
+        printf("sluice %s (%s)\n", SLUICE_VERSION, sluice_git_rev);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

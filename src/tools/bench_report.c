@@ -10,9 +10,6 @@
 #include "tools/digest.h"
 #include "tools/machine.h"
 
-#ifndef SLUICE_GIT_REV
-#define SLUICE_GIT_REV "unknown"
-#endif
 
 static double tps(int n, double s) { return s > 0 ? n / s : 0.0; }
 
@@ -121,7 +118,7 @@ static json_t *build_json(void) {
 #if defined(__SANITIZE_ADDRESS__)
     sanitized = true;
 #endif
-    return json_pack("{s:s,s:s,s:s,s:b,s:s}", "version", SLUICE_VERSION, "git_rev", SLUICE_GIT_REV,
+    return json_pack("{s:s,s:s,s:s,s:b,s:s}", "version", SLUICE_VERSION, "git_rev", sluice_git_rev,
                      "compiler", __VERSION__, "sanitizers", sanitized, "binary_sha256", exe_sha);
 }
 

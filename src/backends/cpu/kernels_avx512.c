@@ -219,7 +219,8 @@ static float dot_q6_k_512(int64_t n, const void *w, const void *a) {
  * 256 int16 w = quant x integer sub-block scale, so isum = sum w * q exactly; VNNI vpdpwssd then
  * accumulates 16 tokens per instruction (lane = token) from a broadcast weight pair, and the
  * float step of the reference runs lane-wise on those 16 exact integers. Four rows share each
- * activation load. */
+ * activation load. Q4_K and Q5_K use the vpdpbusd variant further down (bytes, not int16:
+ * twice the multiply-adds per instruction, half the packed activations). */
 
 #define SB_PACK (128 * 64 + 64 + 8 * 64)
 #define TB_CHUNK 32 /* token blocks per pass: accumulators for 4 rows x 32 x 16 tokens */
@@ -305,29 +306,6 @@ static void unpack_q3_k(const uint8_t *x, kq_row *o) {
     o->d = ld_f16(x + 108);
 }
 
-static void unpack_k45(const uint8_t *x, kq_row *o, int qs_off, int has_high) {
-    int16_t s[16];
-    _mm256_storeu_si256((__m256i *)s, k4_scales16(x + 4));
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        __m256i q = ldu(x + qs_off + 32 * c);
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (has_high) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-        }
-        st_w32(o->w + 64 * c, lo, 0, s[2 * c], s[2 * c]);
-        st_w32(o->w + 64 * c + 32, hi, 0, s[2 * c + 1], s[2 * c + 1]);
-    }
-    for (int j = 0; j < 8; j++) o->mp[j] = (int32_t)((uint32_t)(uint16_t)s[8 + j] * 0x10001u);
-    o->d = ld_f16(x);
-    o->dm = ld_f16(x + 2);
-}
-
-static void unpack_q4_k(const uint8_t *x, kq_row *o) { unpack_k45(x, o, 16, 0); }
-static void unpack_q5_k(const uint8_t *x, kq_row *o) { unpack_k45(x, o, 48, 1); }
-
 static void unpack_q6_k(const uint8_t *x, kq_row *o) {
     const int8_t *sc = (const int8_t *)(x + 192);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
@@ -385,7 +363,6 @@ typedef struct kq_tile_type {
 } kq_tile_type;
 
 static const kq_tile_type kq_q2_k = {unpack_q2_k, 84, 1, 0}, kq_q3_k = {unpack_q3_k, 110, 0, 0},
-                          kq_q4_k = {unpack_q4_k, 144, 1, 0}, kq_q5_k = {unpack_q5_k, 176, 1, 0},
                           kq_q6_k = {unpack_q6_k, 210, 0, 0}, kq_iq4_xs = {unpack_iq4_xs, 136, 0, 0},
                           kq_iq2_xxs = {unpack_iq2_xxs, 66, 0, 0.125f}, kq_iq2_xs = {unpack_iq2_xs, 74, 0, 0.125f},
                           kq_iq2_s = {unpack_iq2_s, 82, 0, 0.125f}, kq_iq3_xxs = {unpack_iq3_xxs, 98, 0, 0.25f},
@@ -493,6 +470,144 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
     }
 }
 
+/* ---- Q4_K / Q5_K tiles with u8 x s8 VNNI (vpdpbusd: 64 multiply-adds per instruction) -------
+ * These two types have unsigned quants and non-negative 6-bit scales per 32 values, so a row's
+ * super-block is decoded to 256 bytes (no int16 widening) and each sub-block's 8 quads are
+ * accumulated with vpdpbusd into their own int32 lanes (16 tokens), then multiplied by the
+ * sub-block scale and added: the same exact integer isum per (row, token) as the reference.
+ * Packed activations per 16 tokens and super-block (SB_PACK8 bytes): A8 [64 quads][16 tokens]
+ * of 4 code bytes, da [16] floats, bsp [8][16] bsum pairs as above. */
+
+#define SB_PACK8 (64 * 64 + 64 + 8 * 64)
+
+static size_t q8k_packed_bytes8(int64_t n, int toks) {
+    return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK8;
+}
+
+static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    const int64_t nsb = n / QK_K;
+    for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * SB_PACK8;
+        for (int64_t sb = 0; sb < nsb; sb++, blk += SB_PACK8) {
+            uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 64 * 64 + 64);
+            float *da = (float *)(blk + 64 * 64);
+            for (int k = 0; k < 16; k++) {
+                int t = tb * 16 + k;
+                if (t >= toks) {
+                    for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
+                    for (int j = 0; j < 8; j++) bsp[j * 16 + k] = 0;
+                    da[k] = 0.0f;
+                    continue;
+                }
+                const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
+                da[k] = ld_f32(y);
+                for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
+                for (int j = 0; j < 8; j++) bsp[j * 16 + k] = ld_u32(y + 260 + 4 * j);
+            }
+        }
+    }
+}
+
+typedef struct k45_row8 {
+    _Alignas(64) uint8_t q[256];
+    int32_t sc[8], mp[8];
+    float d, dm;
+} k45_row8;
+
+static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int has_high) {
+    int16_t s[16];
+    _mm256_storeu_si256((__m256i *)s, k4_scales16(x + 4));
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = ldu(x + qs_off + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (has_high) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+        }
+        _mm256_store_si256((__m256i *)(o->q + 64 * c), lo);
+        _mm256_store_si256((__m256i *)(o->q + 64 * c + 32), hi);
+    }
+    for (int j = 0; j < 8; j++) {
+        o->sc[j] = s[j];
+        o->mp[j] = (int32_t)((uint32_t)(uint16_t)s[8 + j] * 0x10001u);
+    }
+    o->d = ld_f16(x);
+    o->dm = ld_f16(x + 2);
+}
+
+static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
+                     float *out, size_t os, int bytes, int qs_off, int has_high) {
+    const int64_t nsb = n / QK_K;
+    const int ntb = (toks + 15) / 16;
+    __m512 acc[4][TB_CHUNK];
+    k45_row8 rw[4];
+    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
+        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            int R = rows - r0 < 4 ? rows - r0 : 4;
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < TB_CHUNK; k++) acc[r][k] = _mm512_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; sb++) {
+                for (int r = 0; r < R; r++)
+                    unpack_k45_8(w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], qs_off, has_high);
+                for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
+                const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q,
+                              *q2 = (const int32_t *)rw[2].q, *q3 = (const int32_t *)rw[3].q;
+                for (int tb = tb0; tb < tb1; tb++) {
+                    const uint8_t *blk = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8;
+                    const __m512i *A = (const __m512i *)blk;
+                    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
+                    for (int sub = 0; sub < 8; sub++) {
+                        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
+                        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
+                            __m512i av = _mm512_load_si512(A + i);
+                            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
+                            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
+                            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
+                            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
+                        }
+                        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
+                        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
+                        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
+                        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
+                    }
+                    __m512i isum[4] = {i0, i1, i2, i3};
+                    __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
+                    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
+                    for (int r = 0; r < R; r++) {
+                        /* the reference's step, lane-wise: sumf += (d*da)*isum - (dmin*da)*summs */
+                        __m512i m = _mm512_setzero_si512();
+                        for (int j = 0; j < 8; j++)
+                            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
+                        __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
+                        __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
+                        acc[r][tb - tb0] = _mm512_add_ps(acc[r][tb - tb0], _mm512_sub_ps(t, mt));
+                    }
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int tb = tb0; tb < tb1; tb++) {
+                    float v[16];
+                    _mm512_storeu_ps(v, acc[r][tb - tb0]);
+                    for (int k = 0; k < 16 && tb * 16 + k < toks; k++) out[(size_t)(tb * 16 + k) * os + (size_t)(r0 + r)] = v[k];
+                }
+        }
+    }
+}
+
+static void tile_q4_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                           size_t os) {
+    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0);
+}
+static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                           size_t os) {
+    k45_run8(n, w, ws, rows, packed, toks, out, os, 176, 48, 1);
+}
+static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run},
+                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run};
+
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
                            int toks, float *out, size_t os) {                                     \
@@ -501,8 +616,6 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
     static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run};
 KQ_TILE(tile_q2_k, kq_q2_k)
 KQ_TILE(tile_q3_k, kq_q3_k)
-KQ_TILE(tile_q4_k, kq_q4_k)
-KQ_TILE(tile_q5_k, kq_q5_k)
 KQ_TILE(tile_q6_k, kq_q6_k)
 KQ_TILE(tile_iq4_xs, kq_iq4_xs)
 KQ_TILE(tile_iq2_xxs, kq_iq2_xxs)
@@ -641,8 +754,8 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->attn = attn_avx512;
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
-    ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k;
-    ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k;
+    ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k8;
+    ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k8;
     ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
     ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs;
