@@ -120,7 +120,7 @@ static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float 
     } else {
         rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
     }
-    if (rc == 0 && m->experts) rc = moe_step_end(m, s->st, n);
+    if (rc == 0 && m->experts) rc = moe_step_end(m, s->st, n, s->pos);
     return rc;
 }
 

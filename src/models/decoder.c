@@ -66,7 +66,7 @@ model_state *decoder_state_new(const sluice_model *m, backend *be, int n_ctx, in
         const bool table = be_has_expert_table(be);
         st->router = state_alloc(be, B * hp->n_expert * F);
         st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
-        st->moe_w = state_alloc(be, B * k_used * F);
+        st->moe_w = state_alloc(be, (size_t)hp->n_layer * B * k_used * F);
         if (!table) {
             st->moe_slots = state_alloc(be, B * k_used * hp->n_embd * F);
             st->moe_x = state_alloc(be, B * hp->n_embd * F);

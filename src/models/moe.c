@@ -40,8 +40,10 @@ struct moe_scratch {
     float *look_w;
     int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
-    int32_t *step_ids; /* moe_step_end: all layers' ids of a decode step (backend memory) */
-    int32_t *step_h;   /* and on the host */
+    int32_t *step_ids; /* moe_step_end: all layers' ids of a pass (backend memory) */
+    float *step_w;     /* and their weights (route callback) */
+    int32_t *step_h;   /* both on the host */
+    float *step_wh;
 };
 
 void moe_state_release(model_state *st) {
@@ -58,7 +60,9 @@ void moe_state_release(model_state *st) {
     state_release(st->be, x->look_ids);
     state_release(st->be, x->look_w);
     state_release(st->be, x->step_ids);
+    state_release(st->be, x->step_w);
     free(x->step_h);
+    free(x->step_wh);
     free(x->pred);
     free(x);
     st->moe_extra = NULL;
@@ -135,8 +139,8 @@ static bool layer_prep(const sluice_model *m, int n) {
 }
 
 bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be) {
-    return !st->route_fn && be_has_expert_table(be) && m->experts && m->experts->device_table &&
-           !layer_prep(m, 1);
+    (void)st; /* a route callback is served after the pass (moe_step_end) */
+    return be_has_expert_table(be) && m->experts && m->experts->device_table && !layer_prep(m, 1);
 }
 
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
@@ -148,20 +152,22 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     if (!xs) return -1;
     /* each layer routes into its own slice, so a step's routing can be read back afterwards */
     int32_t *ids = st->moe_ids + (size_t)il * st->n_batch * k;
+    float *wts = st->moe_w + (size_t)il * st->n_batch * k;
 
     be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
-    be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, st->moe_w);
+    be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, wts);
 
     /* The expert table (device backends) needs the routing on the host only to prepare a
-     * streaming cache layer by layer or for a route callback; the CPU path always does. */
+     * streaming cache layer by layer; the CPU path always does. Without the host in the layer,
+     * a route callback is served after the pass from the slices (moe_step_end). */
     const bool table = be_has_expert_table(be) && m->experts->device_table;
     const bool prep = table && layer_prep(m, n);
-    const bool host = !table || st->route_fn || prep;
+    const bool host = !table || prep;
     int n_need = 0;
     if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
         if (st->route_fn) {
-            be_download(be, xs->w_h, st->moe_w, (size_t)n * k * sizeof(float));
+            be_download(be, xs->w_h, wts, (size_t)n * k * sizeof(float));
             for (int t = 0; t < n; t++)
                 st->route_fn(st->route_ctx, il, st->pos0 + t, k, xs->ids_h + (size_t)t * k,
                              xs->w_h + (size_t)t * k);
@@ -212,7 +218,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             expert_views ev;
             if (expert_acquire(m->experts, il, xs->need[acquired], &ev) != 0) break;
         }
-        int rc = acquired == n_need ? be->ops->moe_experts(be, il, x, n, ids, st->moe_w, k, out)
+        int rc = acquired == n_need ? be->ops->moe_experts(be, il, x, n, ids, wts, k, out)
                                     : -1;
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;
@@ -231,7 +237,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             expert_release(m->experts, il, e);
             be_scatter_rows(be, st->moe_slots, st->moe_rows, st->moe_y, m_rows, E);
         }
-        be_moe_combine(be, st->moe_slots, st->moe_w, n, k, E, out);
+        be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
     }
 
     /* llama.cpp's order: routed sum + (shared output * gate) */
@@ -239,28 +245,40 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     return 0;
 }
 
-int moe_step_end(const sluice_model *m, model_state *st, int n) {
+int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0) {
     expert_store *s = m->experts;
-    /* only streamed passes that ran without the host: the others acquired their experts */
-    if (!s || !s->ops->observe || !st->moe_extra || !s->device_table || !s->streaming ||
-        layer_prep(m, n))
-        return 0;
+    if (!s || !st->moe_extra || !be_has_expert_table(st->be) || !s->device_table || layer_prep(m, n))
+        return 0; /* the layers saw their routing on the host already */
+    const bool observe = s->ops->observe && s->streaming;
+    if (!observe && !st->route_fn) return 0;
     const hparams *hp = &m->hp;
     const int k = hp->n_expert_used, L = hp->n_layer;
     struct moe_scratch *xs = st->moe_extra;
     backend *be = st->be;
-    if (!xs->step_ids) { /* every layer's ids side by side: one download per step */
-        xs->step_ids = state_alloc(be, (size_t)L * MOE_PREP_MIN_TOKENS * k * sizeof(int32_t));
-        xs->step_h = malloc((size_t)L * MOE_PREP_MIN_TOKENS * k * sizeof(int32_t));
-        if (!xs->step_ids || !xs->step_h) return -1;
+    const size_t cap = (size_t)L * st->n_batch * k;
+    if (!xs->step_ids) { /* every layer's routing side by side: one download per step */
+        xs->step_ids = state_alloc(be, cap * sizeof(int32_t));
+        xs->step_w = state_alloc(be, cap * sizeof(float));
+        xs->step_h = malloc(cap * sizeof(int32_t));
+        xs->step_wh = malloc(cap * sizeof(float));
+        if (!xs->step_ids || !xs->step_w || !xs->step_h || !xs->step_wh) return -1;
     }
-    /* int32 rows moved as 4-byte elements */
-    be_copy_rows(be, (float *)xs->step_ids, (size_t)n * k, (const float *)st->moe_ids,
-                 (size_t)st->n_batch * k, L, n * k);
-    be_download(be, xs->step_h, xs->step_ids, (size_t)L * n * k * sizeof(int32_t));
+    const size_t nk = (size_t)n * k, stride = (size_t)st->n_batch * k;
+    /* 4-byte rows: int32 ids moved as floats keep their bits */
+    be_copy_rows(be, (float *)xs->step_ids, nk, (const float *)st->moe_ids, stride, L, (int)nk);
+    be_download(be, xs->step_h, xs->step_ids, (size_t)L * nk * sizeof(int32_t));
+    if (st->route_fn) {
+        be_copy_rows(be, xs->step_w, nk, st->moe_w, stride, L, (int)nk);
+        be_download(be, xs->step_wh, xs->step_w, (size_t)L * nk * sizeof(float));
+    }
     for (int il = 0; il < L; il++) {
         if (!m->layers[il].ffn_gate_inp.data || !m->layout.layers[il].present) continue;
-        if (s->ops->observe(s, il, xs->step_h + (size_t)il * n * k, n * k) != 0) return -1;
+        const int32_t *ih = xs->step_h + (size_t)il * nk;
+        if (st->route_fn)
+            for (int t = 0; t < n; t++)
+                st->route_fn(st->route_ctx, il, pos0 + t, k, ih + (size_t)t * k,
+                             xs->step_wh + (size_t)il * nk + (size_t)t * k);
+        if (observe && s->ops->observe(s, il, ih, (int)nk) != 0) return -1;
     }
     return 0;
 }

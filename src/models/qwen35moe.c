@@ -297,7 +297,7 @@ static model_state *hybrid_state_new(const sluice_model *m, backend *be, int n_c
     if (!be->host_memory) st->logits = state_alloc(be, STATE_LOGIT_ROWS * (size_t)hp->n_vocab * F);
     st->router = state_alloc(be, B * hp->n_expert * F);
     st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
-    st->moe_w = state_alloc(be, B * k_used * F);
+    st->moe_w = state_alloc(be, (size_t)hp->n_layer * B * k_used * F);
     const bool table = be_has_expert_table(be); /* device backends: no per-expert rows */
     if (!table) {
         st->moe_slots = state_alloc(be, B * k_used * E * F);

@@ -283,7 +283,7 @@ static bool alloc_common(const sluice_model *m, model_state *st, struct hybrid_s
     if (!be->host_memory) st->logits = state_alloc(be, STATE_LOGIT_ROWS * (size_t)hp->n_vocab * F);
     st->router = state_alloc(be, B * hp->n_expert * F);
     st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
-    st->moe_w = state_alloc(be, B * k_used * F);
+    st->moe_w = state_alloc(be, (size_t)hp->n_layer * B * k_used * F); /* per layer (moe.c) */
     const bool table = be_has_expert_table(be);
     if (!table) {
         st->moe_slots = state_alloc(be, B * k_used * E * F);

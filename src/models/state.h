@@ -27,7 +27,7 @@ struct model_state {
     float *router;               /* [n_expert] logits, then probabilities */
     int32_t *moe_ids;            /* [n_layer][n_batch][n_expert_used] chosen experts: each
                                   * layer routes into its own slice (read back after a step) */
-    float *moe_w;                /* [n_expert_used] their weights */
+    float *moe_w;                /* [n_layer][n_batch][n_expert_used] their weights */
     float *moe_slots;            /* [n_expert_used][n_embd] each expert's output */
     float *moe_x, *moe_y;        /* tokens gathered for one expert [n_embd] */
     int32_t *moe_rows;           /* (token, slot) pairs routed to one expert */
@@ -69,12 +69,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
                 int n, float *out);
 
 /* True when the MoE layers need nothing from the host during a forward pass (the expert table
- * is complete, no layer-by-layer cache, no route callback): a device backend may then capture
- * the whole pass as a graph and replay it. */
+ * is complete and no layer-by-layer cache fills it): a device backend may then capture the
+ * whole pass as a graph and replay it. */
 bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be);
 
-/* After a forward pass of n tokens: hand every MoE layer's routing to the expert store's
+/* After a forward pass of n tokens at pos0 that ran without the host in its MoE layers (the
+ * expert table): hand every layer's routing to the route callback and to the expert store's
  * observer (a zero-copy cache promotes hot experts between steps). 0 or -1. */
-int moe_step_end(const sluice_model *m, model_state *st, int n);
+int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0);
 
 #endif

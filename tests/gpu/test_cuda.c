@@ -1,6 +1,6 @@
 /* The CUDA backend against the CPU backend (needs a GPU; exits 77, "skipped", without one).
  *
- *   test_cuda [--quick] [--ops-only | --ops-skip] [--golden DIR] [--prompt N] MODEL.gguf ...
+ *   test_cuda [--quick | --big] [--ops-only | --ops-skip] [--golden DIR] [--prompt N] MODEL.gguf ...
  *
  * 1. codecs: every device weight type decodes a row to exactly the CPU's floats, and its dot
  *    product (device activation encoding, integer dot) matches the CPU's within float order;
@@ -25,7 +25,7 @@
 #include "sluice.h"
 
 static int failures, checks;
-static bool quick;
+static bool quick, big; /* big: a large model, the fewest loads (one cache size per miss mode) */
 
 #define EXPECT(cond, ...)                                                                        \
     do {                                                                                         \
@@ -82,7 +82,9 @@ static float *host_of(backend *g, const void *d, size_t n) {
     return h;
 }
 
-/* A weight matrix of `type`: rows x K, random, quantized by the CPU reference. */
+/* A weight matrix of `type`: rows x K, random, quantized by the CPU reference. Weight buffers
+ * are never freed: the device backend keeps its copy of a host weight by address, and a reused
+ * address would find the copy of an earlier matrix (a model's weights live as long as it). */
 static tview make_weight(uint32_t type, int64_t K, int64_t rows, float scale) {
     const quant_traits *qt = quant_traits_of(type);
     const size_t rb = quant_row_bytes(type, K);
@@ -135,7 +137,6 @@ static void test_codecs(backend *g) {
         free(deq);
         free(gdeq);
         free(act);
-        free((void *)w.data);
     }
 }
 
@@ -175,8 +176,7 @@ static void test_matmul(backend *c, backend *g) {
         printf("  %-8s matmul rel %.2g  swiglu rel %.2g\n", quant_type_name(type), worst, worst_sw);
         EXPECT(worst < 1e-4, "%s matmul: rel %.3g", quant_type_name(type), worst);
         EXPECT(worst_sw < 1e-4, "%s matmul_swiglu: rel %.3g", quant_type_name(type), worst_sw);
-        free((void *)w.data);
-        free((void *)u.data);
+
     }
 }
 
@@ -204,7 +204,6 @@ static void test_norm_rope_attn(backend *c, backend *g) {
         free(yg);
         free(yc);
         free(x);
-        free(w);
         be_mfree(g, xd);
         be_mfree(g, yd);
     }
@@ -263,7 +262,7 @@ static void test_ssm(backend *c, backend *g) {
         printf("  conv1d_silu rel %.2g state rel %.2g\n", rel_err(yg, y, (size_t)n * C),
                rel_err(sg, st, (size_t)(K - 1) * C));
         EXPECT(rel_err(yg, y, (size_t)n * C) < 1e-5 && rel_err(sg, st, (size_t)(K - 1) * C) == 0, "conv1d");
-        free(x); free(w); free(st); free(y); free(yg); free(sg);
+        free(x); free(st); free(y); free(yg); free(sg);
         be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
     }
     const int dks[] = {64, 128};
@@ -310,12 +309,13 @@ static void test_ssm(backend *c, backend *g) {
         float *xg = host_of(g, xd, (size_t)n * 64);
         printf("  sigmoid_mul rel %.2g\n", rel_err(xg, x, (size_t)n * 64));
         EXPECT(rel_err(xg, x, (size_t)n * 64) < 1e-6, "sigmoid_mul");
+        /* on the device's own rows (sigmoid_mul may differ from the CPU in a last bit) */
         float *y = malloc((size_t)n * 20 * 4), *yd = be_alloc(g, (size_t)n * 20 * 4);
-        be_copy_rows(c, y, 20, x + 3, 64, n, 20);
+        be_copy_rows(c, y, 20, xg + 3, 64, n, 20);
         be_copy_rows(g, yd, 20, xd + 3, 64, n, 20);
         float *yg = host_of(g, yd, (size_t)n * 20);
         EXPECT(memcmp(yg, y, (size_t)n * 20 * 4) == 0, "copy_rows");
-        free(b); free(a); free(dt); free(aa); free(bg); free(ag); free(x); free(xg); free(y); free(yg);
+        free(b); free(a); free(bg); free(ag); free(x); free(xg); free(y); free(yg);
         be_mfree(g, bd); be_mfree(g, ad); be_mfree(g, xd); be_mfree(g, yd);
     }
 }
@@ -386,7 +386,6 @@ static void test_moe(backend *c, backend *g) {
             be_mfree(g, lgd); be_mfree(g, idd); be_mfree(g, wd); be_mfree(g, xd); be_mfree(g, od);
         }
         for (int e = 0; e < X; e++) {
-            free((void *)gate[e].data); free((void *)up[e].data); free((void *)down[e].data);
             be_mfree(g, dg[e]); be_mfree(g, du[e]); be_mfree(g, dd[e]);
         }
     }
@@ -408,6 +407,10 @@ static run_out run_model(const char *path, const sluice_model_params *mp, const 
                          int n_gen, int batch) {
     run_out r;
     memset(&r, 0, sizeof r);
+    /* progress on stderr (unbuffered): a hang or a crash shows where it happened */
+    fprintf(stderr, "    run: %s backend, mode %d, cache %d, miss %d, graphs %s\n",
+            mp->backend == SLUICE_BACKEND_CUDA ? "cuda" : "cpu", (int)mp->mode, mp->cache_experts,
+            (int)mp->gpu_miss, mp->no_graph ? "off" : "on");
     sluice_model *m = sluice_model_load(path, mp);
     if (!m) {
         printf("  load failed: %s\n", sluice_last_error());
@@ -421,6 +424,7 @@ static run_out run_model(const char *path, const sluice_model_params *mp, const 
     r.all = malloc((size_t)n * V * sizeof(float));
     r.last = malloc((size_t)V * sizeof(float));
     bool ok = s && sluice_session_eval(s, ids, n, r.all) == 0;
+    fprintf(stderr, "    prompt evaluated (%s)\n", ok ? "ok" : "failed");
     sluice_sampler_params gp = sluice_sampler_defaults();
     gp.temperature = 0;
     if (ok) sluice_session_set_sampler(s, &gp);
@@ -541,11 +545,14 @@ static void test_model(const char *path, const char *golden, int want) {
     free(rel);
 
     /* the GPU's own invariants */
-    run_out again = run_model(path, &gpu, ids, n, n_gen, 0);
-    bool same = same_run(&again, &rg, n, V);
-    printf("  GPU rerun: %s\n", same ? "bit-identical" : "DIFFERS");
-    EXPECT(same, "%s: GPU rerun differs", name);
-    free_run(&again);
+    bool same;
+    if (!big) {
+        run_out again = run_model(path, &gpu, ids, n, n_gen, 0);
+        same = same_run(&again, &rg, n, V);
+        printf("  GPU rerun: %s\n", same ? "bit-identical" : "DIFFERS");
+        EXPECT(same, "%s: GPU rerun differs", name);
+        free_run(&again);
+    }
     sluice_model_params ng = gpu;
     ng.no_graph = true;
     run_out eager = run_model(path, &ng, ids, n, n_gen, 0);
@@ -558,7 +565,7 @@ static void test_model(const char *path, const char *golden, int want) {
         const int sizes[] = {floor, (floor + full) / 2, full};
         for (int zc = 0; zc <= 1; zc++)
             for (int si = 0; si < 3; si++) {
-                if (quick && si == 1) continue;
+                if ((quick && si == 1) || (big && si == 2)) continue;
                 sluice_model_params sm = gpu;
                 sm.mode = SLUICE_MODE_STREAM;
                 sm.cache_experts = sizes[si];
@@ -588,12 +595,14 @@ int main(int argc, char **argv) {
     int n_models = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--big") == 0) big = quick = true;
         else if (strcmp(argv[i], "--ops-only") == 0) ops_only = true;
         else if (strcmp(argv[i], "--ops-skip") == 0) ops_skip = true;
         else if (strcmp(argv[i], "--golden") == 0 && i + 1 < argc) golden = argv[++i];
         else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) want = atoi(argv[++i]);
         else if (n_models < 64) models[n_models++] = argv[i];
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
     cuda_device_info info;
     if (!backend_cuda_probe(0, &info)) {
         printf("no CUDA device (%s): skipped\n", info.error);

@@ -191,7 +191,90 @@ static void test_watchdog(void) {
     sluice_model_free(m);
 }
 
+/* The device side (runtime/plan_gpu.c): resident when the file fits the GPU budget, else a
+ * VRAM expert cache of at least one layer's experts over the file pinned in host memory. */
+static void test_gpu(void) {
+    plan_model_facts m = big_moe();
+    m.gpu_slot_bytes = 2 * MiB;
+    m.gpu_scratch_per_token = 64 * 1024;
+    m.gpu_scratch_fixed = 96 * MiB;
+    plan_machine_facts mc = machine(120 * GiB, 0, 0, 0);
+    mc.gpu = true;
+    mc.vram_total = 140 * GiB;
+    mc.vram_free = 139 * GiB;
+    plan_request r = req(SLUICE_MODE_AUTO);
+    r.gpu = true;
+    plan p;
+    plan_compute(&m, &mc, &r, &p);
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(p.gpu && p.gpu_ok && p.gpu_mode == SLUICE_MODE_RESIDENT && p.gpu_reason == PLAN_GPU_RESIDENT_FITS);
+    CHECK(p.vram_weights == m.file_bytes && strcmp(p.gpu_budget_source, "free VRAM") == 0);
+    CHECK(p.vram_total == p.vram_weights + p.vram_kv + p.vram_scratch);
+    CHECK(p.vram_total + p.gpu_reserve <= p.gpu_budget);
+
+    /* --gpu-budget 8GiB emulates a smaller GPU: dense weights + a cache of >= one layer */
+    r.gpu_budget = 8 * GiB;
+    plan_compute(&m, &mc, &r, &p);
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(p.gpu_ok && p.gpu_mode == SLUICE_MODE_STREAM && p.gpu_reason == PLAN_GPU_STREAM_OVER_BUDGET);
+    CHECK(p.gpu_budget == 8 * GiB && strcmp(p.gpu_budget_source, "--gpu-budget") == 0);
+    CHECK(p.gpu_floor_slots == 257 && p.gpu_slots >= p.gpu_floor_slots);
+    CHECK(p.vram_cache == (uint64_t)p.gpu_slots * m.gpu_slot_bytes && p.vram_weights == m.dense_bytes);
+    CHECKF(p.vram_total + p.gpu_reserve <= p.gpu_budget, "vram %llu", (unsigned long long)p.vram_total);
+    CHECK(p.pinned == m.file_bytes);
+    /* one slot more would not fit */
+    CHECK(p.vram_total + m.gpu_slot_bytes + p.gpu_reserve > p.gpu_budget);
+
+    /* a budget above the free memory is capped at it */
+    r.gpu_budget = 500 * GiB;
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(p.gpu_budget == mc.vram_free && p.gpu_mode == SLUICE_MODE_RESIDENT);
+
+    /* too small for one layer's experts: refused with the floor in the message */
+    r.gpu_budget = 2 * GiB;
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(!p.gpu_ok && p.gpu_reason == PLAN_GPU_REFUSED_FLOOR && strstr(p.gpu_message, "257"));
+
+    /* --resident that does not fit; --stream that fits; a host too small to pin the file */
+    r.gpu_budget = 8 * GiB;
+    r.mode = SLUICE_MODE_RESIDENT;
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(!p.gpu_ok && p.gpu_reason == PLAN_GPU_REFUSED_RESIDENT);
+    r.mode = SLUICE_MODE_STREAM;
+    r.gpu_budget = 0;
+    plan_compute_gpu(&m, &mc, &r, &p);
+    CHECK(p.gpu_ok && p.gpu_mode == SLUICE_MODE_STREAM && p.gpu_reason == PLAN_GPU_STREAM_FORCED);
+    CHECK(p.gpu_slots == 40 * 256); /* capped at all experts */
+    plan_machine_facts small = mc;
+    small.mem_available = 16 * GiB;
+    r.mode = SLUICE_MODE_AUTO;
+    r.gpu_budget = 8 * GiB;
+    plan_compute(&m, &small, &r, &p);
+    plan_compute_gpu(&m, &small, &r, &p);
+    CHECK(!p.gpu_ok && p.gpu_reason == PLAN_GPU_REFUSED_PINNED);
+
+    /* no device */
+    plan_machine_facts none = mc;
+    none.gpu = false;
+    plan_compute_gpu(&m, &none, &r, &p);
+    CHECK(!p.gpu_ok && p.gpu_reason == PLAN_GPU_REFUSED_DEVICE);
+
+    /* the format lists the device components; JSON parses as one object */
+    r = req(SLUICE_MODE_AUTO);
+    r.gpu = true;
+    r.gpu_budget = 8 * GiB;
+    plan_compute(&m, &mc, &r, &p);
+    plan_compute_gpu(&m, &mc, &r, &p);
+    char buf[4096];
+    plan_format_gpu(&p, &m, false, buf, sizeof buf);
+    CHECK(strstr(buf, "gpu plan: stream (gpu-stream-over-budget)") && strstr(buf, "vram expert cache") &&
+          strstr(buf, "pinned host"));
+    int n = plan_format_gpu(&p, &m, true, buf, sizeof buf);
+    CHECK(n > 0 && buf[0] == '{' && buf[n - 1] == '}' && strstr(buf, "\"cache_slots\":"));
+}
+
 int main(void) {
+    test_gpu();
     test_modes();
     test_monotonic();
     test_format();

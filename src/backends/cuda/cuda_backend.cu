@@ -151,15 +151,30 @@ qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) 
             e.age = ++c->act_age;
             return cuda_act_view(e.buf, n, K, act);
         }
-    act_cache_entry *v = &c->acts[0];
+    const size_t bytes = cuda_act_bytes(n, K, act);
+    if (n <= 8 && bytes > c->act_small_max) c->act_small_max = bytes;
+    /* a free entry that is large enough, else the least recently used large enough one, else
+     * any free one, else the least recently used (growing it) */
+    act_cache_entry *v = nullptr;
     for (auto &e : c->acts)
-        if (!e.valid) {
+        if (!e.valid && e.cap >= bytes) {
             v = &e;
             break;
-        } else if (e.age < v->age) {
-            v = &e;
         }
-    const size_t bytes = cuda_act_bytes(n, K, act);
+    if (!v)
+        for (auto &e : c->acts)
+            if (e.cap >= bytes && (!v || e.age < v->age)) v = &e;
+    if (!v)
+        for (auto &e : c->acts)
+            if (!e.valid) {
+                v = &e;
+                break;
+            }
+    if (!v) {
+        v = &c->acts[0];
+        for (auto &e : c->acts)
+            if (e.age < v->age) v = &e;
+    }
     if (bytes > v->cap) {
         if (c->capturing) c->capture_broken = true;
         else drop_graphs(c);
@@ -292,8 +307,8 @@ static void *op_alloc(backend *b, size_t bytes) {
 static void op_mfree(backend *b, void *p) {
     cuda_backend *c = CB(b);
     cuda_act_invalidate(c);
-    CU(cudaStreamSynchronize(c->stream));
-    dev_free(c, p);
+    if (!c->capturing) CU(cudaStreamSynchronize(c->stream)); /* queued work may still use it */
+    dev_free(c, p); /* deferred while capturing */
 }
 
 static void op_upload(backend *b, void *dst, const void *src, size_t bytes) {
@@ -525,6 +540,18 @@ static void op_capture_begin(backend *b, uint64_t key) {
     ensure_stage(c, 64ull << 20);
     CU(cudaStreamSynchronize(c->stream));
     cuda_act_invalidate(c);
+    /* every activation entry large enough for any decode-sized encoding seen so far: an entry
+     * that had to grow while capturing would make the capture fail */
+    for (auto &e : c->acts)
+        if (e.cap < c->act_small_max) {
+            dev_free(c, e.buf);
+            e.cap = c->act_small_max;
+            e.buf = dev_alloc(c, e.cap);
+            if (!e.buf) {
+                fprintf(stderr, "sluice: out of device memory for activations\n");
+                abort();
+            }
+        }
     c->stage_used = 0;
     g->host_copies.clear();
     c->capture_broken = false;
@@ -559,6 +586,9 @@ static int op_capture_end(backend *b, bool ok) {
     for (void *p : c->deferred_free) dev_free(c, p);
     c->deferred_free.clear();
     if (e != cudaSuccess || !ok || c->capture_broken || !graph) {
+        if (ok) /* once per session: its decode steps run eagerly from now on */
+            fprintf(stderr, "sluice: CUDA graph capture failed (%s); decode steps run eagerly\n",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "a buffer had to change while recording");
         cudaGetLastError();
         if (graph) cudaGraphDestroy(graph);
         g->failed = true;

@@ -115,8 +115,9 @@ struct cuda_backend {
     uint8_t *h_stage;
     size_t stage_cap, stage_used;
     /* scratch */
-    act_cache_entry acts[6];
+    act_cache_entry acts[8];
     uint64_t act_age;
+    size_t act_small_max;      /* largest encoding of <= 8 rows seen (sizes entries before a capture) */
     void *scratch[8];          /* named work buffers, see cuda_scratch */
     size_t scratch_cap[8];
     std::vector<void *> deferred_free; /* buffers replaced while capturing */

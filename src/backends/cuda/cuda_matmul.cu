@@ -225,6 +225,8 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
     const int iters = (nblk + BPI - 1) / BPI;
+    /* two iterations in flight: their weight loads are issued before either is reduced */
+#pragma unroll 2
     for (int it = 0; it < iters; it++) {
         const int blk = it * BPI + bl;
         const bool valid = blk < nblk;

@@ -11,6 +11,7 @@
  * The kernels read whatever the table points at (VRAM copy, VRAM cache slot, pinned host
  * memory): the same bytes, the same bits. Nothing here needs the host, so a decode step with
  * this op is capturable as a graph. */
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/cuda_internal.cuh"
@@ -100,6 +101,89 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
     }
 }
 
+/* One warp per token, for up to 32 * VPL experts: lane l holds experts l, l + 32, ...; the
+ * maximum, the double sum (lane-strided, then a fixed butterfly) and each top-k pick (arg-max
+ * by shuffles, ties to the lower id) need no block barriers, which dominate the block form's
+ * time at decode (a router runs in every MoE layer of every step). */
+template <int VPL>
+__global__ void __launch_bounds__(128) k_route_warp(float *logits, int n, int n_expert, int k, bool norm,
+                                                    int32_t *ids, float *w) {
+    const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= n) return;
+    float *p = logits + (size_t)t * n_expert;
+    float v[VPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < n_expert ? p[e] : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int e = lane + 32 * i;
+        v[i] = e < n_expert ? expf(__fsub_rn(v[i], mx)) : 0.0f;
+        sum += (double)v[i];
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = (float)(1.0 / sum);
+    unsigned taken = 0;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int e = lane + 32 * i;
+        v[i] = __fmul_rn(v[i], inv);
+        if (e < n_expert) p[e] = v[i];
+        else taken |= 1u << i;
+    }
+    float wmine = 0.0f;
+    for (int s = 0; s < k; s++) {
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            /* NaN ranks lowest but stays selectable (the CPU then takes the lowest free id) */
+            const float vi = v[i] != v[i] ? -INFINITY : v[i];
+            if (!(taken & (1u << i)) && (vi > best || bi == 0x7fffffff)) { /* ids ascend with i */
+                best = vi;
+                bi = lane + 32 * i;
+            }
+        }
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
+        }
+        float sel = 0.0f; /* the chosen probability as computed (NaN stays NaN, as on the CPU) */
+#pragma unroll
+        for (int i = 0; i < VPL; i++)
+            if (i == (bi >> 5)) sel = v[i];
+        const float pw = __shfl_sync(0xffffffffu, sel, bi & 31);
+        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        if (lane == s) wmine = pw;
+        if (lane == 0) ids[(size_t)t * k + s] = bi;
+    }
+    /* renormalize: the double sum in slot order, then one float division per slot */
+    double ws = 0.0;
+    for (int s = 0; s < k; s++) ws += (double)__shfl_sync(0xffffffffu, wmine, s);
+    if (lane < k) {
+        float r = wmine;
+        if (norm) {
+            float wsum = (float)ws;
+            if (wsum < MOE_MIN_WEIGHT_SUM) wsum = MOE_MIN_WEIGHT_SUM;
+            r = __fdiv_rn(wmine, wsum);
+        }
+        w[(size_t)t * k + lane] = r;
+    }
+}
+
 void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm, int32_t *ids,
                        float *w) {
     cuda_backend *c = CB(b);
@@ -108,7 +192,15 @@ void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bo
         abort();
     }
     cuda_prof_begin(c);
-    k_route<<<n, ROUTE_THREADS, 0, c->stream>>>(logits, n_expert, k, norm, ids, w);
+    const int vpl = (n_expert + 31) / 32;
+    const unsigned grid = cdiv((size_t)n * 32, 128);
+    if (k > 32 || getenv("SLUICE_CUDA_BLOCK_ROUTER")) k_route<<<n, ROUTE_THREADS, 0, c->stream>>>(logits, n_expert, k, norm, ids, w);
+    else if (vpl <= 1) k_route_warp<1><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 2) k_route_warp<2><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 4) k_route_warp<4><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 8) k_route_warp<8><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 16) k_route_warp<16><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    else k_route_warp<32><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, logits, (size_t)n * n_expert * sizeof(float));
     cuda_act_invalidate_range(c, w, (size_t)n * k * sizeof(float));
