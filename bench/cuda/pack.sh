@@ -18,7 +18,7 @@ B=build-cuda-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
 sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $B/default_model.S
 cmake --build $B -j2 --target sluice test_cuda >/dev/null
-rm -rf .devcarry/stage && mkdir -p .devcarry/stage/lib .devcarry/fixtures
+rm -rf .devcarry/stage .devcarry/fixtures && mkdir -p .devcarry/stage/lib .devcarry/fixtures
 cp $B/sluice $B/tests/test_cuda .devcarry/stage/
 strip .devcarry/stage/sluice .devcarry/stage/test_cuda
 for l in libmicrohttpd.so.12 libjansson.so.4 liburing.so.2 libpcre2-8.so.0; do

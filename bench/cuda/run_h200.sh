@@ -19,7 +19,8 @@
 #   bench     sluice bench --gpu: resident pp2048+tg128 on both shapes; --gpu-budget 8GiB with
 #             misses copied and read in place on the 35B-A3B shape
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
-#             (-ngl 99 -fa on) and -ncmoe 26
+#             (-ngl 99) and -ncmoe 26; the carried build has no flash-attention kernels (the
+#             transfer limit), so -fa off
 #
 # Results go to $OUT (the tool brings back at most 8 files): summary.txt (also printed at the
 # end) and a log per stage. Every step runs under a timeout; a failing step does not stop the
@@ -133,13 +134,17 @@ if has sanitize; then
   say "compute-sanitizer memcheck: ops rc=$rc1, model rc=$rc2; $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tr '\n' ' ')"
 fi
 
-wait_big() {
-  for i in $(seq 400); do grep -q "synth done" "$OUT/synth.log" 2>/dev/null && break; sleep 1; done
-  ls -la /tmp/models/ | grep -v synth- >> "$OUT/summary.txt"
+wait_for() { # FILE: wait until the background synth has written it (or finished)
+  for i in $(seq 400); do
+    [ -f "$1" ] && return 0
+    grep -q "synth done" "$OUT/synth.log" 2>/dev/null && return 1
+    sleep 1
+  done
+  return 1
 }
 
 if has big; then
-  wait_big
+  wait_for "$Q35"
   if [ -f "$Q35" ]; then
     timeout 150 "$TC" --big --ops-skip --prompt 12 "$Q35" > "$OUT/big.log" 2>&1
     rc=$?
@@ -164,11 +169,11 @@ bench_one() { # label, args...
 }
 
 if has bench; then
-  wait_big
-  [ -f "$Q35" ] && bench_one "35B resident" -m "$Q35" --gpu -p 2048 -n 128 -r 1 -b 2048
-  [ -f "$Q30" ] && bench_one "30B resident" -m "$Q30" --gpu -p 2048 -n 128 -r 1 -b 2048
+  wait_for "$Q35" && bench_one "35B resident" -m "$Q35" --gpu -p 2048 -n 128 -r 1 -b 2048
   [ -f "$Q35" ] && bench_one "35B 8GiB copy" -m "$Q35" --gpu --gpu-budget 8GiB -p 2048 -n 64 -r 1 -b 2048
   [ -f "$Q35" ] && bench_one "35B 8GiB zerocopy" -m "$Q35" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
+  wait_for "$Q30" && bench_one "30B resident" -m "$Q30" --gpu -p 2048 -n 128 -r 1 -b 2048
+  ls -la /tmp/models/ | grep -v synth- >> "$OUT/summary.txt"
 fi
 
 llama_one() { # label, args...
@@ -182,14 +187,14 @@ llama_one() { # label, args...
 }
 
 if has llama && [ -f .devcarry/llama.tar.xz ]; then
-  wait_big
   mkdir -p "$W/llama" && tar xJf .devcarry/llama.tar.xz -C "$W/llama"
   LB=$W/llama/bin/llama-bench
   export LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH"
   ldd "$LB" | grep "not found" >> "$OUT/summary.txt"
-  [ -f "$Q35" ] && llama_one "35B resident" -m "$Q35" -ngl 99 -fa on -p 2048 -n 128 -r 1
-  [ -f "$Q30" ] && llama_one "30B resident" -m "$Q30" -ngl 99 -fa on -p 2048 -n 128 -r 1
-  [ -f "$Q35" ] && llama_one "35B -ncmoe 26" -m "$Q35" -ngl 99 -fa on -ncmoe 26 -p 2048 -n 64 -r 1
+  # the carried build leaves out the flash-attention kernels (transfer limit): -fa off
+  wait_for "$Q35" && llama_one "35B resident" -m "$Q35" -ngl 99 -fa off -p 2048 -n 128 -r 1
+  [ -f "$Q35" ] && llama_one "35B -ncmoe 26" -m "$Q35" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
+  wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
 fi
 
 [ -n "$SYNTH_PID" ] && kill "$SYNTH_PID" 2>/dev/null

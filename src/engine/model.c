@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine/error.h"
 #include "engine/model_gpu.h"
@@ -171,6 +172,25 @@ static int apply_overrides(sluice_model *m, const char *label) {
     return 0;
 }
 
+/* Streaming: the routed experts of the mapping must never enter the page cache (a memory cgroup
+ * charges it): fault-time readahead around a dense tensor would otherwise pull in megabytes of
+ * the neighbouring expert tensors and push the process past its budget. So the mapping is
+ * marked random-access, and only the dense tensors are asked for ahead of use. */
+static void advise_stream_mapping(const sluice_model *m) {
+    const gguf_file *g = m->gguf;
+    if (!g->mapped) return;
+    uintptr_t page = 4096;
+    madvise((void *)g->base, g->size, MADV_RANDOM);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (strstr(t->name, "_exps.") || strstr(t->name, "ffn_experts.packed") || !t->nbytes)
+            continue;
+        uintptr_t a = (uintptr_t)t->data & ~(page - 1);
+        uintptr_t b = ((uintptr_t)t->data + t->nbytes + page - 1) & ~(page - 1);
+        madvise((void *)a, b - a, MADV_WILLNEED);
+    }
+}
+
 static sluice_model *load_from(gguf_file *g, const char *label, const char *path,
                                const sluice_model_params *params) {
     char err[512] = "";
@@ -217,6 +237,7 @@ static sluice_model *load_from(gguf_file *g, const char *label, const char *path
         goto fail;
     }
     if (plan_and_bind(m, label) != 0) goto fail;
+    if (m->experts && m->experts->streaming) advise_stream_mapping(m);
     if (!m->params.plan_only && !m->params.no_watchdog) {
         watchdog_start(NULL);
         m->watching = true;
