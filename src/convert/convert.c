@@ -325,7 +325,13 @@ static void default_name(const char *dir, char *out, size_t n) {
     size_t len = strlen(buf);
     while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
     const char *b = strrchr(buf, '/');
-    snprintf(out, n, "%s", b ? b + 1 : buf);
+    const char *base = b ? b + 1 : buf;
+    /* Truncate explicitly: a directory name longer than the caller's buffer is cut, not an error. */
+    size_t blen = strlen(base);
+    if (n == 0) return;
+    if (blen >= n) blen = n - 1;
+    memcpy(out, base, blen);
+    out[blen] = 0;
 }
 
 static int write_tensor(FILE *fp, const out_tensor *t, uint64_t nbytes, uint64_t padded,
