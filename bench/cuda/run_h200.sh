@@ -65,20 +65,27 @@ fi
 
 SYNTH_PID=
 if has synth; then
-  (
-    for arch in qwen3moe-tiny qwen35moe-tiny; do
-      for t in F32 Q8_0 Q6_K Q2_K IQ4_XS Q2_K_XL F16 BF16; do
-        "$SL" synth --preset $arch --type $t -o /tmp/models/synth-$arch-$t.gguf -q -t 4 || echo "synth $arch $t failed"
-      done
+  # The tiny files first, then `sync`: pinning a file for the GPU (stream mode,
+  # cudaHostRegister) waits for its dirty pages to be written back, and with a 20 GB file being
+  # written behind them that wait looked like a hang (run 2: every tiny synthetic model of a
+  # larger type stalled in its first stream-mode load; fixtures, written long before, did not).
+  for arch in qwen3moe-tiny qwen35moe-tiny; do
+    for t in F32 Q8_0 Q6_K Q2_K IQ4_XS Q2_K_XL F16 BF16; do
+      "$SL" synth --preset $arch --type $t -o /tmp/models/synth-$arch-$t.gguf -q -t 4 || echo "synth $arch $t failed"
     done
-    "$SL" synth --preset qwen3next-tiny --type Q4_K_M -o /tmp/models/synth-qwen3next-tiny-Q4_K_M.gguf -q -t 4
+  done > "$OUT/synth.log" 2>&1
+  "$SL" synth --preset qwen3next-tiny --type Q4_K_M -o /tmp/models/synth-qwen3next-tiny-Q4_K_M.gguf -q -t 4 >> "$OUT/synth.log" 2>&1
+  sync
+  (
     "$SL" synth --preset qwen35moe-mini --type Q4_K_M -o "$MINI" -q -t 8
+    sync
     if [ -n "${BIG:-}" ]; then
       [ -f "$Q35" ] || "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS"
       [ -f "$Q30" ] || "$SL" synth --preset qwen3moe-30b-a3b --type Q4_K_M -o "$Q30" -q -t "$THREADS"
     fi
+    sync
     echo "synth done"
-  ) > "$OUT/synth.log" 2>&1 &
+  ) >> "$OUT/synth.log" 2>&1 &
   SYNTH_PID=$!
   for i in $(seq 90); do [ -f /tmp/models/synth-qwen3next-tiny-Q4_K_M.gguf ] && break; sleep 1; done
   say "synth: tiny models ready ($(ls /tmp/models/synth-*.gguf 2>/dev/null | wc -l))"
@@ -111,6 +118,7 @@ fi
 
 if has mini; then
   for i in $(seq 120); do [ -f "$MINI" ] && break; sleep 1; done
+  sync "$MINI" 2>/dev/null || sync
   if [ -f "$MINI" ]; then
     timeout 90 "$SL" bench -m "$MINI" --gpu -p 512 -n 64 -r 1 > "$OUT/mini.log" 2>&1
     say "mini bench (graphs): rc=$?"; grep -E "^\| q" "$OUT/mini.log" | tail -1 >> "$OUT/summary.txt"
@@ -134,13 +142,12 @@ if has sanitize; then
   say "compute-sanitizer memcheck: ops rc=$rc1, model rc=$rc2; $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tr '\n' ' ')"
 fi
 
-wait_for() { # FILE: wait until the background synth has written it (or finished)
+wait_for() { # FILE: wait until the background synth has finished (every file written back)
   for i in $(seq 400); do
-    [ -f "$1" ] && return 0
-    grep -q "synth done" "$OUT/synth.log" 2>/dev/null && return 1
+    grep -q "synth done" "$OUT/synth.log" 2>/dev/null && break
     sleep 1
   done
-  return 1
+  [ -f "$1" ]
 }
 
 if has big; then

@@ -178,6 +178,33 @@ static void test_matmul(backend *c, backend *g) {
         EXPECT(worst_sw < 1e-4, "%s matmul_swiglu: rel %.3g", quant_type_name(type), worst_sw);
 
     }
+    /* the release shapes' row lengths (model width 2048, attention / ssm output 4096, expert
+     * width 512) in the types of a Q4_K_M mix, decode and prefill */
+    const uint32_t mix[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+    const int64_t Ks[] = {512, 2048, 4096};
+    const int nr[] = {1, 12};
+    for (size_t ti = 0; ti < sizeof mix / sizeof mix[0]; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K2 = Ks[ki], R2 = 300;
+            tview w = make_weight(mix[ti], K2, R2, 0.3f);
+            double worst = 0;
+            for (size_t ni = 0; ni < sizeof nr / sizeof nr[0]; ni++) {
+                const int n = nr[ni];
+                float *x = rand_vec((size_t)n * K2, 1.0f), *oc = malloc((size_t)n * R2 * sizeof *oc);
+                be_matmul(c, &w, x, n, oc);
+                float *xd = dev_copy(g, x, (size_t)n * K2 * sizeof *x);
+                float *od = be_alloc(g, (size_t)n * R2 * sizeof *od);
+                be_matmul(g, &w, xd, n, od);
+                float *og = host_of(g, od, (size_t)n * R2);
+                const double e = rel_err(og, oc, (size_t)n * R2);
+                if (e > worst) worst = e;
+                free(og); free(oc); free(x);
+                be_mfree(g, xd); be_mfree(g, od);
+            }
+            printf("  %-8s K %4lld rows %lld (n 1, 12): matmul rel %.2g\n", quant_type_name(mix[ti]),
+                   (long long)K2, (long long)R2, worst);
+            EXPECT(worst < 1e-4, "%s K %lld matmul: rel %.3g", quant_type_name(mix[ti]), (long long)K2, worst);
+        }
 }
 
 static void test_norm_rope_attn(backend *c, backend *g) {
@@ -226,8 +253,8 @@ static void test_norm_rope_attn(backend *c, backend *g) {
             float *vd = dev_copy(g, v, (size_t)n * kr * 4);
             float *kcd = dev_copy(g, kc, (size_t)ctx * kr * 4), *vcd = dev_copy(g, vc, (size_t)ctx * kr * 4);
             for (int mode = 0; mode <= 2; mode += 2) {
-                be_rope(c, q, n, n_head, hd, hd / 2, pos_c, 1e6f, (rope_mode)mode);
-                be_rope(g, qd, n, n_head, hd, hd / 2, pos_g, 1e6f, (rope_mode)mode);
+                be_rope(c, q, n, n_head, hd, hd == 256 ? 64 : hd / 2, pos_c, 1e6f, (rope_mode)mode);
+                be_rope(g, qd, n, n_head, hd, hd == 256 ? 64 : hd / 2, pos_g, 1e6f, (rope_mode)mode);
             }
             float *qg = host_of(g, qd, qn);
             const double er = rel_err(qg, q, qn);
@@ -265,11 +292,13 @@ static void test_ssm(backend *c, backend *g) {
         free(x); free(st); free(y); free(yg); free(sg);
         be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
     }
-    const int dks[] = {64, 128};
-    for (size_t di = 0; di < 2; di++)
+    /* d_k 64 / 128 with 96 value rows (a partial row block), then the 35B-A3B heads (16 key,
+     * 32 value heads of 128) over a 12-token prompt */
+    const int dks[] = {64, 128, 128}, hks[] = {2, 2, 16}, hvs[] = {4, 4, 32}, dvs[] = {96, 96, 128};
+    for (size_t di = 0; di < 3; di++)
         for (int tiled = 0; tiled <= 1; tiled++)
-            for (int n = 1; n <= 20; n += 19) {
-                const int Hk = 2, Hv = 4, Dk = dks[di], Dv = 96;
+            for (int n = 1; n <= 20; n += di == 2 ? 11 : 19) {
+                const int Hk = hks[di], Hv = hvs[di], Dk = dks[di], Dv = dvs[di];
                 gdn_params p = {.n_tok = n, .n_k_head = Hk, .n_v_head = Hv, .d_k = Dk, .d_v = Dv,
                                 .kv_tiled = tiled, .q_scale = 1.0f / sqrtf((float)Dk), .chunk = 0};
                 const size_t qn = (size_t)n * Hk * Dk, vn = (size_t)n * Hv * Dv, sn = (size_t)Hv * Dv * Dk;
@@ -287,7 +316,8 @@ static void test_ssm(backend *c, backend *g) {
                 be_gated_delta(g, qd, kd, vd, gd, bd, sd, &p, od);
                 float *og = host_of(g, od, vn), *sg = host_of(g, sd, sn);
                 const double eo = rel_err(og, o, vn), es = rel_err(sg, s, sn);
-                printf("  gated_delta d_k %d tiled %d n %2d: out rel %.2g state rel %.2g\n", Dk, tiled, n, eo, es);
+                printf("  gated_delta %d/%d heads d_k %d d_v %d tiled %d n %2d: out rel %.2g state rel %.2g\n", Hk, Hv, Dk,
+                       Dv, tiled, n, eo, es);
                 EXPECT(eo < 1e-4 && es < 1e-4, "gated_delta d_k %d n %d", Dk, n);
                 free(q); free(k); free(v); free(gg); free(b); free(s); free(o); free(og); free(sg);
                 be_mfree(g, qd); be_mfree(g, kd); be_mfree(g, vd); be_mfree(g, gd); be_mfree(g, bd);
@@ -320,75 +350,89 @@ static void test_ssm(backend *c, backend *g) {
     }
 }
 
+/* Routed experts of one shape: E model width, F expert width, X experts in the table (entry e
+ * holds distinct weight set e % D, so a 256-expert router needs only D matrices), top-k. */
+static void test_moe_shape(backend *c, backend *g, int E, int X, int D, int k, int F, uint32_t tg,
+                           uint32_t td, const int *ns, int n_ns) {
+    tview *gate = calloc((size_t)D, sizeof *gate), *up = calloc((size_t)D, sizeof *up);
+    tview *down = calloc((size_t)D, sizeof *down);
+    void **dg = calloc((size_t)D, sizeof *dg), **du = calloc((size_t)D, sizeof *du);
+    void **dd = calloc((size_t)D, sizeof *dd);
+    expert_layer_layout L = {.present = true};
+    for (int p = 0; p < EXPERT_PARTS; p++) {
+        L.part[p].type = p == EXPERT_DOWN ? td : tg;
+        L.part[p].ne0 = p == EXPERT_DOWN ? F : E;
+        L.part[p].ne1 = p == EXPERT_DOWN ? E : F;
+    }
+    expert_layout lay = {.n_layer = 1, .n_expert = X, .layers = &L};
+    if (g->ops->experts_init(g, &lay) != 0) {
+        EXPECT(0, "experts_init");
+        return;
+    }
+    for (int e = 0; e < D; e++) {
+        gate[e] = make_weight(tg, E, F, 0.2f);
+        up[e] = make_weight(tg, E, F, 0.2f);
+        down[e] = make_weight(td, F, E, 0.2f);
+        dg[e] = dev_copy(g, gate[e].data, gate[e].mat_bytes);
+        du[e] = dev_copy(g, up[e].data, up[e].mat_bytes);
+        dd[e] = dev_copy(g, down[e].data, down[e].mat_bytes);
+    }
+    for (int e = 0; e < X; e++) g->ops->experts_set(g, 0, e, dg[e % D], du[e % D], dd[e % D]);
+    for (int ni = 0; ni < n_ns; ni++) {
+        const int n = ns[ni];
+        float *lg = rand_vec((size_t)n * X, 2.0f), *x = rand_vec((size_t)n * E, 1.0f);
+        int32_t *ids = malloc((size_t)n * k * 4);
+        float *w = malloc((size_t)n * k * 4);
+        float *lgd = dev_copy(g, lg, (size_t)n * X * 4);
+        int32_t *idd = be_alloc(g, (size_t)n * k * 4);
+        float *wd = be_alloc(g, (size_t)n * k * 4);
+        be_moe_route(c, lg, n, X, k, true, ids, w);
+        be_moe_route(g, lgd, n, X, k, true, idd, wd);
+        int32_t *idg = malloc((size_t)n * k * 4);
+        be_download(g, idg, idd, (size_t)n * k * 4);
+        float *wg = host_of(g, wd, (size_t)n * k);
+        const bool same_ids = memcmp(idg, ids, (size_t)n * k * 4) == 0;
+        EXPECT(same_ids, "moe_route ids (%d experts top-%d, n %d)", X, k, n);
+        EXPECT(rel_err(wg, w, (size_t)n * k) < 1e-6, "moe_route weights (%d experts)", X);
+        /* reference: each slot on its own through the CPU ops, combined in slot order */
+        float *ref = calloc((size_t)n * E, 4), *h = malloc((size_t)F * 4), *y = malloc((size_t)E * 4);
+        for (int t = 0; t < n; t++)
+            for (int s = 0; s < k; s++) {
+                const int e = ids[t * k + s] % D;
+                be_matmul_swiglu(c, &gate[e], &up[e], x + (size_t)t * E, 1, h);
+                be_matmul(c, &down[e], h, 1, y);
+                for (int i = 0; i < E; i++)
+                    ref[(size_t)t * E + i] = s == 0 ? y[i] * w[t * k] : ref[(size_t)t * E + i] + y[i] * w[t * k + s];
+            }
+        float *xd = dev_copy(g, x, (size_t)n * E * 4), *od = be_alloc(g, (size_t)n * E * 4);
+        int rc = g->ops->moe_experts(g, 0, xd, n, idd, wd, k, od);
+        float *og = host_of(g, od, (size_t)n * E);
+        const double eo = rel_err(og, ref, (size_t)n * E);
+        printf("  %-6s/%-6s E %4d F %3d X %3d top-%d n %2d: route ids %s, weights rel %.2g; experts rel %.2g\n",
+               quant_type_name(tg), quant_type_name(td), E, F, X, k, n, same_ids ? "same" : "DIFFER",
+               rel_err(wg, w, (size_t)n * k), eo);
+        EXPECT(rc == 0 && eo < 2e-4, "moe_experts %s/%s E %d F %d n %d: %.3g", quant_type_name(tg),
+               quant_type_name(td), E, F, n, eo);
+        free(lg); free(x); free(ids); free(w); free(idg); free(wg); free(ref); free(h); free(y); free(og);
+        be_mfree(g, lgd); be_mfree(g, idd); be_mfree(g, wd); be_mfree(g, xd); be_mfree(g, od);
+    }
+    for (int e = 0; e < D; e++) {
+        be_mfree(g, dg[e]); be_mfree(g, du[e]); be_mfree(g, dd[e]);
+    }
+    free(gate); free(up); free(down); free(dg); free(du); free(dd);
+}
+
 static void test_moe(backend *c, backend *g) {
     printf("== moe_route, moe_experts (expert table; decode and tiled)\n");
-    const int E = 256, X = 16, k = 4, F = 256;
     const uint32_t types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_IQ2_XS};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const uint32_t type = types[ti];
-        tview gate[16], up[16], down[16];
-        void *dg[16], *du[16], *dd[16];
-        expert_layer_layout L = {.present = true};
-        for (int p = 0; p < EXPERT_PARTS; p++) {
-            L.part[p].type = type;
-            L.part[p].ne0 = p == EXPERT_DOWN ? F : E;
-            L.part[p].ne1 = p == EXPERT_DOWN ? E : F;
-        }
-        expert_layout lay = {.n_layer = 1, .n_expert = X, .layers = &L};
-        if (g->ops->experts_init(g, &lay) != 0) {
-            EXPECT(0, "experts_init");
-            return;
-        }
-        for (int e = 0; e < X; e++) {
-            gate[e] = make_weight(type, E, F, 0.2f);
-            up[e] = make_weight(type, E, F, 0.2f);
-            down[e] = make_weight(type, F, E, 0.2f);
-            dg[e] = dev_copy(g, gate[e].data, gate[e].mat_bytes);
-            du[e] = dev_copy(g, up[e].data, up[e].mat_bytes);
-            dd[e] = dev_copy(g, down[e].data, down[e].mat_bytes);
-            g->ops->experts_set(g, 0, e, dg[e], du[e], dd[e]);
-        }
-        const int ns[] = {1, 3, 40};
-        for (size_t ni = 0; ni < 3; ni++) {
-            const int n = ns[ni];
-            float *lg = rand_vec((size_t)n * X, 2.0f), *x = rand_vec((size_t)n * E, 1.0f);
-            int32_t *ids = malloc((size_t)n * k * 4);
-            float *w = malloc((size_t)n * k * 4);
-            float *lgd = dev_copy(g, lg, (size_t)n * X * 4);
-            int32_t *idd = be_alloc(g, (size_t)n * k * 4);
-            float *wd = be_alloc(g, (size_t)n * k * 4);
-            be_moe_route(c, lg, n, X, k, true, ids, w);
-            be_moe_route(g, lgd, n, X, k, true, idd, wd);
-            int32_t *idg = malloc((size_t)n * k * 4);
-            be_download(g, idg, idd, (size_t)n * k * 4);
-            float *wg = host_of(g, wd, (size_t)n * k);
-            const bool same_ids = memcmp(idg, ids, (size_t)n * k * 4) == 0;
-            EXPECT(same_ids, "moe_route ids (%s n %d)", quant_type_name(type), n);
-            EXPECT(rel_err(wg, w, (size_t)n * k) < 1e-6, "moe_route weights");
-            /* reference: each slot on its own through the CPU ops, combined in slot order */
-            float *ref = calloc((size_t)n * E, 4), *h = malloc((size_t)F * 4), *y = malloc((size_t)E * 4);
-            for (int t = 0; t < n; t++)
-                for (int s = 0; s < k; s++) {
-                    const int e = ids[t * k + s];
-                    be_matmul_swiglu(c, &gate[e], &up[e], x + (size_t)t * E, 1, h);
-                    be_matmul(c, &down[e], h, 1, y);
-                    for (int i = 0; i < E; i++)
-                        ref[(size_t)t * E + i] = s == 0 ? y[i] * w[t * k] : ref[(size_t)t * E + i] + y[i] * w[t * k + s];
-                }
-            float *xd = dev_copy(g, x, (size_t)n * E * 4), *od = be_alloc(g, (size_t)n * E * 4);
-            int rc = g->ops->moe_experts(g, 0, xd, n, idd, wd, k, od);
-            float *og = host_of(g, od, (size_t)n * E);
-            const double eo = rel_err(og, ref, (size_t)n * E);
-            printf("  %-6s n %2d: route ids %s, weights rel %.2g; experts rel %.2g\n", quant_type_name(type), n,
-                   same_ids ? "same" : "DIFFER", rel_err(wg, w, (size_t)n * k), eo);
-            EXPECT(rc == 0 && eo < 2e-4, "moe_experts %s n %d: %.3g", quant_type_name(type), n, eo);
-            free(lg); free(x); free(ids); free(w); free(idg); free(wg); free(ref); free(h); free(y); free(og);
-            be_mfree(g, lgd); be_mfree(g, idd); be_mfree(g, wd); be_mfree(g, xd); be_mfree(g, od);
-        }
-        for (int e = 0; e < X; e++) {
-            be_mfree(g, dg[e]); be_mfree(g, du[e]); be_mfree(g, dd[e]);
-        }
-    }
+    const int ns[] = {1, 3, 40};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        test_moe_shape(c, g, 256, 16, 16, 4, 256, types[ti], types[ti], ns, 3);
+    /* the release shapes: 35B-A3B (2048 wide, 256 experts of 512, top-8: the router's 8 values
+     * per lane, grouped tiles over several 256-value steps) and 30B-A3B (128 experts of 768) */
+    const int nb[] = {1, 12, 40};
+    test_moe_shape(c, g, 2048, 256, 8, 8, 512, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, nb, 3);
+    test_moe_shape(c, g, 2048, 128, 8, 8, 768, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, nb, 3);
 }
 
 /* ---- 3. models --------------------------------------------------------------------------------- */
@@ -500,12 +544,14 @@ static void test_model(const char *path, const char *golden, int want) {
     sluice_model_get_info(pm, &info);
     char planbuf[8192];
     sluice_model_plan(pm, true, planbuf, sizeof planbuf);
+    char arch[64]; /* info's strings belong to the model */
+    snprintf(arch, sizeof arch, "%s", info.arch ? info.arch : "?");
     sluice_model_free(pm);
     const int V = info.n_vocab, X = info.n_expert, L = info.n_layer;
     int n = 0;
     int32_t *ids = load_ids(golden, name, &n, V, want);
     const int n_gen = quick ? 4 : 16;
-    printf("== %s (%s, %d layers, %d experts): %d prompt tokens, %d generated\n", name, info.arch, L, X, n, n_gen);
+    printf("== %s (%s, %d layers, %d experts): %d prompt tokens, %d generated\n", name, arch, L, X, n, n_gen);
 
     sluice_model_params cpu = {.no_watchdog = true, .n_ctx = n + n_gen + 8};
     run_out rc = run_model(path, &cpu, ids, n, n_gen, 0);
@@ -530,6 +576,11 @@ static void test_model(const char *path, const char *golden, int want) {
         }
         rel[t] = sqrt(num / (den > 0 ? den : 1));
         top1 += argmax(rg.all + (size_t)t * V, V) == argmax(rc.all + (size_t)t * V, V);
+    }
+    if (big) { /* per position: does the first token (no history) already differ? */
+        printf("  rel by position:");
+        for (int t = 0; t < n && t < 16; t++) printf(" %.2g", rel[t]);
+        printf("\n");
     }
     qsort(rel, (size_t)n, sizeof *rel, cmp_d);
     const double median = rel[n / 2], worst = rel[n - 1];

@@ -483,9 +483,12 @@ void cuda_table_flush(cuda_backend *c) {
     for (size_t i = 0; i < c->pending.size(); i += 32) {
         table_batch tb;
         tb.n = (int)std::min<size_t>(32, c->pending.size() - i);
+        /* an entry can be updated twice between flushes (loaded, then evicted by the next
+         * load): every write of an index carries its final value (h_table), so two threads
+         * writing one entry in a batch cannot leave a stale pointer whichever lands last */
         for (int j = 0; j < tb.n; j++) {
             tb.index[j] = c->pending[i + j].index;
-            tb.e[j] = c->pending[i + j].e;
+            tb.e[j] = c->h_table[(size_t)tb.index[j]];
         }
         k_table_set<<<1, 32, 0, c->stream>>>(c->d_table, tb);
         CU_LAUNCH();
