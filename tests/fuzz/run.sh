@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run each fuzz target for a few seconds from its seed corpus: ./run.sh BUILD_DIR SECONDS
 set -euo pipefail
-build=$1
+build=$(cd "$1" && pwd) # absolute: each target runs from its corpus directory
 secs=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 for t in "$build"/tests/fuzz/fuzz_*; do
@@ -11,6 +11,7 @@ for t in "$build"/tests/fuzz/fuzz_*; do
   seeds="$here/corpus_${name#fuzz_}"
   [ -d "$seeds" ] && cp "$seeds"/* "$corpus"/
   echo "fuzzing $name for ${secs}s"
-  (cd "$corpus" && "$t" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 . 2>&1 | tail -4)
+  # a crash or leak fails the run (set -o pipefail): tail keeps the log short, not the status
+  (cd "$corpus" && set -o pipefail && "$t" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 . 2>&1 | tail -20)
   rm -rf "$corpus"
 done
