@@ -63,6 +63,8 @@ typedef struct sluice_model_params {
     sluice_gpu_miss gpu_miss; /* how a streamed expert missing from VRAM is read */
     bool no_graph;         /* never capture decode steps as CUDA graphs */
     bool gpu_profile;      /* time every device operation (slower); see sluice_gpu_profile */
+    int gpus;              /* expert parallelism over NCCL (docs/multi-gpu.md): ranks; 0: off.
+                            * This build runs 1 (the EP path on one GPU, bit-identical) */
     /* ---- metadata overrides, as llama.cpp's --override-kv: "KEY=TYPE:VALUE" with TYPE int,
      * float, bool or str (e.g. "qwen4exp.attention.indexer.top_k=int:32"); applied to the
      * file's metadata before the architecture reads it ---- */

@@ -25,6 +25,7 @@ int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
         {"--gpu-miss", NULL, OPT_STR, &po->gpu_miss, "copy|zerocopy", "GPU streaming: copy a missing expert into VRAM after routing (default) or read it from pinned host memory"},
         {"--no-graph", NULL, OPT_FLAG, &po->no_graph, NULL, "GPU: do not capture decode steps as CUDA graphs"},
         {"--gpu-profile", NULL, OPT_FLAG, &po->gpu_profile, NULL, "GPU: time every device operation and print the table at exit (slow)"},
+        {"--gpus", NULL, OPT_INT, &po->gpus, "N", "GPU: expert parallelism over N GPUs through NCCL (this build: 1, the same path over one rank; bit-identical logits)"},
         {"--override-kv", NULL, OPT_LIST, &po->override_kv, "KEY=TYPE:VALUE", "override a metadata value (TYPE int, float, bool or str) as llama.cpp's --override-kv does; repeatable"},
         {"--ngram", NULL, OPT_STR, &po->ngram, "auto|resident|disk", "qwen4exp's n-gram table: mapped, or rows read on demand into a row cache (default auto: mapped when the whole model fits)"},
         {"--ngram-cache", NULL, OPT_INT, &po->ngram_cache, "ROWS", "rows of the on-demand n-gram row cache (default: the planner's)"},
@@ -88,6 +89,15 @@ bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_para
         fprintf(stderr, "sluice %s: --gpu-budget, --gpu-miss, --no-graph and --gpu-profile go with --gpu\n", cmd);
         return false;
     }
+    if (!gpu && po->gpus) {
+        fprintf(stderr, "sluice %s: --gpus goes with --gpu\n", cmd);
+        return false;
+    }
+    if (po->gpus < 0 || po->gpus > 64) {
+        fprintf(stderr, "sluice %s: --gpus must be between 1 and 64\n", cmd);
+        return false;
+    }
+    mp->gpus = po->gpus;
     mp->backend = gpu ? SLUICE_BACKEND_CUDA : SLUICE_BACKEND_CPU;
     mp->gpu_budget = po->gpu_budget;
     mp->gpu_miss = po->gpu_miss && strcmp(po->gpu_miss, "zerocopy") == 0 ? SLUICE_GPU_MISS_ZEROCOPY

@@ -18,11 +18,12 @@ typedef struct cli_plan_opts {
     const char *io;      /* "direct" or "page" */
     int io_depth;
     /* GPU (CUDA builds): --gpu / --backend cuda, --gpu-budget, --gpu-miss, --no-graph,
-     * --gpu-profile */
+     * --gpu-profile, --gpus */
     bool gpu, no_graph, gpu_profile;
     const char *backend;  /* "cpu" or "cuda" */
     uint64_t gpu_budget;
     const char *gpu_miss; /* "copy" or "zerocopy" */
+    int gpus;             /* --gpus N: expert parallelism over N GPUs (0: off) */
     /* --override-kv KEY=TYPE:VALUE (repeatable, as llama.cpp's); qwen4exp's n-gram table:
      * --ngram auto|resident|disk, --ngram-cache ROWS */
     cli_list override_kv;

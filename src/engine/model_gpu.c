@@ -14,7 +14,11 @@
 #include "models/model.h"
 #include "runtime/experts_gpu.h"
 #ifdef SLUICE_HAVE_CUDA
+#include <stdlib.h>
+
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/cuda_ep.h"
+#include "runtime/ep_placement.h"
 #endif
 
 /* Device work memory per batch token beyond the CPU's activations: MoE intermediates (gate, up,
@@ -27,6 +31,8 @@ void model_gpu_facts(const sluice_model *m, plan_model_facts *f) {
     f->gpu_scratch_per_token = 4 * k * (3 * F + E) + 2 * (k * F + 4 * E + 2 * ff) + 8 * ff;
     f->gpu_scratch_fixed = (64ull << 20) + (uint64_t)hp->n_layer * 8 * 64 * 4;
     f->gpu_slot_bytes = expert_gpu_slot_bytes(&m->layout);
+    /* --gpus (cuda_ep.cu): rows sent, outputs returned and rows received per slot */
+    if (m->params.gpus > 0) f->gpu_scratch_per_token += 4 * k * (3 * E + 2);
 }
 
 #ifndef SLUICE_HAVE_CUDA
@@ -58,6 +64,30 @@ static bool in_experts(const expert_layout *l, uint64_t off, uint64_t bytes) {
         }
     }
     return false;
+}
+
+/* --gpus: place the experts over the ranks (runtime/ep_placement.c) and route the backend's MoE
+ * through the NCCL path. Without a routing trace every expert counts as equally popular; over
+ * one rank every expert is the rank's own, the planner's budget already covers them. */
+static int bind_ep(sluice_model *m, int n_rank, char *err, size_t err_len) {
+    const expert_layout *l = &m->layout;
+    uint64_t *eb = calloc((size_t)l->n_layer, sizeof *eb);
+    if (!eb) {
+        snprintf(err, err_len, "--gpus: out of memory");
+        return -1;
+    }
+    for (int il = 0; il < l->n_layer; il++)
+        if (l->layers[il].present)
+            for (int q = 0; q < EXPERT_PARTS; q++) eb[il] += l->layers[il].part[q].bytes;
+    ep_place_params pp = {.n_rank = n_rank, .n_layer = l->n_layer, .n_expert = l->n_expert, .expert_bytes = eb};
+    ep_placement pl;
+    int rc = ep_place(&pp, &pl, err, err_len);
+    free(eb);
+    if (rc != 0) return -1;
+    backend_cuda_ep_params ep = {.n_rank = n_rank, .rank = 0, .owner = pl.owner, .verbose = true};
+    rc = backend_cuda_ep_enable(m->gpu, &ep, err, err_len);
+    ep_placement_free(&pl);
+    return rc;
 }
 
 int model_gpu_bind(sluice_model *m, const char *label) {
@@ -115,7 +145,13 @@ int model_gpu_bind(sluice_model *m, const char *label) {
             }
         }
     }
-    if (m->facts.n_moe_layers == 0) return 0;
+    if (m->facts.n_moe_layers == 0) {
+        if (p->gpus > 0) {
+            sluice_set_error("%s: --gpus: the model has no routed experts to place", label);
+            return -1;
+        }
+        return 0;
+    }
     gpu_store_params gp = {.be = be,
                            .layout = &m->layout,
                            .file = base,
@@ -124,6 +160,10 @@ int model_gpu_bind(sluice_model *m, const char *label) {
                            .zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY};
     m->experts = expert_store_gpu_new(&gp, err, sizeof err);
     if (!m->experts) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    if (p->gpus > 0 && bind_ep(m, p->gpus, err, sizeof err) != 0) {
         sluice_set_error("%s: %s", label, err);
         return -1;
     }

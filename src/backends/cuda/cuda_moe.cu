@@ -270,15 +270,19 @@ void cuda_moe_combine(cuda_backend *c, const float *y, const float *w, int n, in
 
 /* ---- routed experts ------------------------------------------------------------------------------ */
 
-int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
-                        int k, float *out) {
-    cuda_backend *c = CB(b);
+/* Every slot's expert output (no weighting): Y [slots][E], slot j reading expert ids[j] and
+ * activation row j / k of x (n rows). The kernel family (grouped matvecs or tiles) follows
+ * n_family, the token count of the whole batch: the expert-parallel path (cuda_ep.cu) calls
+ * this with the rows a rank received (k = 1) and the batch's token count, so each slot gets
+ * the bits the one-GPU path gives it (every slot's result is computed on its own). Returns Y
+ * (SCR_MOE scratch) or nullptr. */
+float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k,
+                      int n_family) {
     if (il < 0 || il >= c->n_layer || !c->shapes[il].present || !c->d_table) {
         fprintf(stderr, "sluice: CUDA expert table has no layer %d\n", il);
-        return -1;
+        return nullptr;
     }
     cuda_table_flush(c);
-    cuda_prof_begin(c);
     const expert_shape &sh = c->shapes[il];
     const expert_entry *tab = c->d_table + (size_t)il * c->n_expert;
     const int64_t E = sh.ne0[EXPERT_GATE], F = sh.ne1[EXPERT_GATE];
@@ -303,7 +307,7 @@ int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t
     sd.row_bytes = sh.row_bytes[EXPERT_DOWN];
     sd.act_div = 1;
 
-    const bool tiled = n > 8 && (E % 256 == 0 || tg == QT_F32 || tg == QT_F16 || tg == QT_BF16) &&
+    const bool tiled = n_family > 8 && (E % 256 == 0 || tg == QT_F32 || tg == QT_F16 || tg == QT_BF16) &&
                        (F % 256 == 0 || td == QT_F32 || td == QT_F16 || td == QT_BF16);
     if (!tiled) {
         qact ax = cuda_act(c, x, n, E, tg);
@@ -333,7 +337,7 @@ int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t
         g.max_tiles = max_tiles;
         if (c->n_expert > 1024) {
             fprintf(stderr, "sluice: CUDA expert grouping supports up to 1024 experts\n");
-            return -1;
+            return nullptr;
         }
         k_group<<<1, GROUP_THREADS, 0, c->stream>>>(ids, slots, c->n_expert, (int32_t *)g.list,
                                                    (int32_t *)g.tile_exp, (int32_t *)g.tile_off,
@@ -353,8 +357,18 @@ int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t
         g.act_div = 1;
         cuda_matmul_tiled(c, td, F, E, &sd, &g, &ah, slots, Y, E);
     }
-    cuda_moe_combine(c, Y, w, n, k, (int)E, out);
     cuda_act_invalidate_range(c, G, (3 * fsz + esz) * sizeof(float));
+    return Y;
+}
+
+int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
+                        int k, float *out) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const float *Y = cuda_moe_slots(c, il, x, n, ids, k, n);
+    if (!Y) return -1;
+    const int64_t E = c->shapes[il].ne0[EXPERT_GATE];
+    cuda_moe_combine(c, Y, w, n, k, (int)E, out);
     cuda_act_invalidate_range(c, out, (size_t)n * E * sizeof(float));
     cuda_prof_end(c, n <= 8 ? "moe_experts (decode)" : "moe_experts (tiled)");
     return 0;

@@ -228,7 +228,7 @@ static void moe_ep_sim(const tiny_moe *m, const ep_placement *pl, int il, const 
     float *send_x[EP_MAX_RANKS], *recv_x[EP_MAX_RANKS], *recv_y[EP_MAX_RANKS], *back_y[EP_MAX_RANKS];
     int32_t *send_id[EP_MAX_RANKS], *recv_id[EP_MAX_RANKS];
     int recv_n[EP_MAX_RANKS], recv_off[EP_MAX_RANKS][EP_MAX_RANKS + 1];
-    float *out[EP_MAX_RANKS];
+    float *out[EP_MAX_RANKS] = {0};
     /* dispatch plan and send buffers per home rank */
     for (int h = 0; h < R; h++) {
         int t0, t1;
@@ -289,7 +289,7 @@ static void moe_ep_sim(const tiny_moe *m, const ep_placement *pl, int il, const 
             ep_shard(n, R, h, &t0, &t1);
             if (r != h) memcpy(out[r] + (size_t)t0 * E, out[h] + (size_t)t0 * E, (size_t)(t1 - t0) * E * sizeof(float));
         }
-    memcpy(out_all, out[R - 1], (size_t)n * E * sizeof(float));
+    if (out[R - 1]) memcpy(out_all, out[R - 1], (size_t)n * E * sizeof(float));
     for (int r = 1; r < R; r++) CHECK(memcmp(out[r], out[0], (size_t)n * E * sizeof(float)) == 0);
     for (int r = 0; r < R; r++) {
         ep_dispatch_free(&d[r]);
