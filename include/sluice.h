@@ -74,6 +74,9 @@ typedef struct sluice_model_params {
     sluice_mode ngram_mode; /* AUTO: mapped when the whole model fits, else read on demand;
                              * RESIDENT: mapped; STREAM: read on demand */
     int ngram_cache_rows;   /* the on-demand row cache; 0: the planner chooses */
+    /* ---- MTP speculative decoding (qwen4exp files with an MTP block) ---- */
+    int mtp;                /* drafts per step the sessions reserve for: binds the MTP block and
+                             * counts its experts in the plan; 0: off (the block is ignored) */
 } sluice_model_params;
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
@@ -229,6 +232,29 @@ void sluice_session_set_sampler(sluice_session *session, const sluice_sampler_pa
 int32_t sluice_session_sample(sluice_session *session);
 /* Record a token in the penalty history without sampling it (prompt tokens). */
 void sluice_session_accept(sluice_session *session, int32_t id);
+
+/* ---- speculative decoding (MTP) ------------------------------------------------------- */
+
+/* Greedy decoding with the model's own MTP block drafting (qwen4exp files with an MTP block,
+ * loaded with sluice_model_params.mtp > 0). The tokens and the logits of every evaluated token
+ * are bit-identical to plain greedy decoding (argmax, ties to the lowest id), for any draft
+ * length: drafts are verified in one batch and the state is rolled back past the first
+ * rejected one. */
+typedef struct sluice_spec_stats {
+    uint64_t steps;     /* verification passes */
+    uint64_t drafted;   /* draft tokens proposed */
+    uint64_t accepted;  /* of them, accepted */
+} sluice_spec_stats;
+
+/* MTP blocks the model was loaded with (0: none, or loaded with mtp 0). */
+int sluice_model_mtp_blocks(const sluice_model *model);
+/* One step, after a prompt (or a step) left logits: g = argmax(logits) is evaluated together
+ * with up to n_draft drafts (fewer near max_tokens, the context end, the batch size or the
+ * model's params.mtp); the accepted prefix is kept. fed receives the k >= 1 evaluated tokens
+ * (fed[0] = g), logits (may be NULL) their [k][n_vocab] logit rows; the session's logits are
+ * then those after fed[k-1]. Returns k (<= max_tokens), or -1. stats (may be NULL) accumulates. */
+int sluice_session_spec_step(sluice_session *session, int n_draft, int max_tokens, int32_t *fed,
+                             float *logits, sluice_spec_stats *stats);
 
 #ifdef __cplusplus
 }

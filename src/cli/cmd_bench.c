@@ -46,6 +46,7 @@ int cmd_bench(int argc, char **argv) {
         {"--hash-model", NULL, OPT_FLAG, &bp.hash_model, NULL, "full SHA-256 of the model file (default: size + first and last MiB)"},
         {"--trace-routing", NULL, OPT_STR, &bp.trace_path, "FILE", "write the routing of every measured run (docs/trace-format.md)"},
         {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the short untimed warmup run"},
+        {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of N drafts (qwen4exp files with an MTP block; default 0: off); the evidence hashes equal the plain run's"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print one CSV row per run instead of the table"},
         {"--output", "-o", OPT_STR, &out_path, "FILE", "write the report to FILE instead of stdout"},
     };
@@ -93,6 +94,11 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < bp.n_prompts; i++) max_p = bp.n_prompt[i] > max_p ? bp.n_prompt[i] : max_p;
     mp.n_ctx = mo.n_ctx ? mo.n_ctx : max_p + bp.n_gen;
     mp.n_batch = mo.n_batch;
+    if (bp.mtp < 0 || bp.mtp > 64) {
+        fprintf(stderr, "sluice bench: --mtp takes 0..64 drafts\n");
+        return 2;
+    }
+    mp.mtp = bp.mtp;
     if (po.plan) return cli_print_plan("bench", mo.path, &mp, po.json);
     bp.model_path = mo.path;
     bp.n_batch = mo.n_batch;

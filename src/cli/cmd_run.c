@@ -16,7 +16,7 @@
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
-    int n_predict = 256, n_threads = 0, n_ctx = 0, n_batch = 0;
+    int n_predict = 256, n_threads = 0, n_ctx = 0, n_batch = 0, mtp = 0;
     bool no_special = false, ignore_eos = false, echo = false, verbose = false;
     sluice_sampler_params sp = sluice_sampler_defaults();
     uint64_t seed = SEED_RANDOM;
@@ -43,6 +43,7 @@ int cmd_run(int argc, char **argv) {
         {"--echo", NULL, OPT_FLAG, &echo, NULL, "print the prompt before the generated text"},
         {"--verbose", "-v", OPT_FLAG, &verbose, NULL, "print model and session details to stderr"},
         {"--trace-routing", NULL, OPT_STR, &trace_path, "FILE", "write the experts chosen at every MoE call (docs/trace-format.md)"},
+        {"--mtp", NULL, OPT_INT, &mtp, "N", "speculative decoding with the model's MTP block, N drafts per step (qwen4exp with an MTP block; greedy: needs --temp 0; default 0: off)"},
     };
     cli_opt opts[64];
     int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
@@ -69,8 +70,13 @@ int cmd_run(int argc, char **argv) {
     }
     if (seed == SEED_RANDOM) seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     sp.seed = seed;
+    if (mtp < 0 || mtp > 64 || (mtp > 0 && (sp.temperature > 0.0f || sp.repeat_penalty != 1.0f))) {
+        fprintf(stderr, "sluice run: --mtp takes 0..64 drafts and greedy decoding (--temp 0, "
+                        "no --repeat-penalty)\n");
+        return 2;
+    }
 
-    sluice_model_params mp = {.n_ctx = n_ctx, .n_batch = n_batch};
+    sluice_model_params mp = {.n_ctx = n_ctx, .n_batch = n_batch, .mtp = mtp};
     if (!cli_plan_params("run", &po, &mp)) return 2;
     if (po.plan) return cli_print_plan("run", model, &mp, po.json);
     sluice_model *m = cli_load_model_params("run", model, &mp);
@@ -145,7 +151,31 @@ int cmd_run(int argc, char **argv) {
     int n_gen = 0;
     double t1 = cli_now();
     char piece[256];
-    while (n_gen < n_predict) {
+    sluice_spec_stats ss = {0};
+    bool stop = false;
+    while (mtp > 0 && n_gen < n_predict && !stop) { /* speculative steps: the same tokens */
+        int32_t fed[65];
+        int k = sluice_session_spec_step(s, mtp, n_predict - n_gen, fed, NULL, &ss);
+        if (k < 1) {
+            fprintf(stderr, "\nsluice run: %s\n", sluice_last_error());
+            goto done;
+        }
+        for (int j = 0; j < k && !stop; j++) {
+            if (!ignore_eos && sluice_token_is_eog(m, fed[j])) {
+                stop = true;
+                break;
+            }
+            int np = sluice_token_to_piece(m, fed[j], false, piece, sizeof piece);
+            fwrite(piece, 1, (size_t)(np < (int)sizeof piece ? np : (int)sizeof piece), stdout);
+            n_gen++;
+        }
+        fflush(stdout);
+        if (!stop && n_gen < n_predict && sluice_session_pos(s) >= sluice_session_n_ctx(s)) {
+            fprintf(stderr, "\nsluice run: context full after %d tokens\n", n_gen);
+            break;
+        }
+    }
+    while (mtp <= 0 && n_gen < n_predict) {
         int32_t tok = sluice_session_sample(s);
         if (tok < 0) {
             fprintf(stderr, "\nsluice run: %s\n", sluice_last_error());
@@ -172,6 +202,11 @@ int cmd_run(int argc, char **argv) {
             "sluice: prompt %d tokens, %.2f tokens/s; generation %d tokens, %.2f tokens/s\n",
             n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
             t_gen > 0 ? n_gen / t_gen : 0.0);
+    if (mtp > 0)
+        fprintf(stderr, "sluice: MTP %d drafts/step: %llu steps, %llu of %llu drafts accepted (%.1f%%)\n",
+                mtp, (unsigned long long)ss.steps, (unsigned long long)ss.accepted,
+                (unsigned long long)ss.drafted,
+                ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0);
     rc = 0;
 done:
     sluice_session_free(s);

@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/sampler.h"
+#include "engine/session_internal.h"
 #include "models/state.h"
 #include "runtime/watchdog.h"
 
@@ -19,6 +20,7 @@ struct sluice_session {
     int n_ctx, n_batch, pos;
     float *last_logits;
     bool have_logits;
+    session_spec spec; /* speculative decoding (engine/speculative.c) */
 };
 
 sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_params *params) {
@@ -91,6 +93,7 @@ void sluice_session_free(sluice_session *s) {
     if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
     free(s->last_logits);
+    free(s->spec.logits);
     free(s);
 }
 
@@ -202,6 +205,21 @@ int sluice_session_truncate(sluice_session *s, int n) {
     s->pos = n;
     s->have_logits = false;
     return 0;
+}
+
+/* ---- internal (engine/session_internal.h) ---- */
+
+const sluice_model *session_model(const sluice_session *s) { return s->m; }
+model_state *session_model_state(sluice_session *s) { return s->st; }
+backend *session_backend(sluice_session *s) { return s->be; }
+int session_batch(const sluice_session *s) { return s->n_batch; }
+session_spec *session_spec_of(sluice_session *s) { return &s->spec; }
+
+void session_set_position(sluice_session *s, int pos, const float *logits) {
+    s->pos = pos;
+    s->have_logits = logits != NULL;
+    if (logits && logits != s->last_logits)
+        memcpy(s->last_logits, logits, (size_t)s->m->hp.n_vocab * sizeof(float));
 }
 
 uint64_t sluice_session_state_bytes(const sluice_session *s) {

@@ -130,8 +130,19 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
     }
     be_gdn_gates(be, H->beta, H->alpha, S->dt_bias.data, S->a.data, n, Hv);
 
-    /* short causal convolution over q|k|v, then per-head q/k normalization */
-    be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);
+    /* short causal convolution over q|k|v, then per-head q/k normalization; with checkpoints
+     * token by token (the same per-token computation), keeping the state after each */
+    const bool ck = H->ck_n > 0 && H->ck_n == n && n > 1;
+    if (!ck) {
+        be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);
+    } else {
+        for (int t = 0; t < n; t++) {
+            be_conv1d_silu(be, H->qkv + (size_t)t * CD, 1, CD, S->conv1d.data, hp->ssm_kernel,
+                           conv_state, H->conv_out + (size_t)t * CD);
+            be_copy_rows(be, H->ck_conv + ((size_t)t * H->n_rec + slot) * H->conv_len,
+                         H->conv_len, conv_state, H->conv_len, 1, (int)H->conv_len);
+        }
+    }
     be_copy_rows(be, H->lq, (size_t)KD, H->conv_out, (size_t)CD, n, KD);
     be_copy_rows(be, H->lk, (size_t)KD, H->conv_out + KD, (size_t)CD, n, KD);
     be_copy_rows(be, H->lv, (size_t)VD, H->conv_out + 2 * KD, (size_t)CD, n, VD);
@@ -142,7 +153,19 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
     gdn_params p = {.n_tok = n, .n_k_head = Hk, .n_v_head = Hv, .d_k = Dk, .d_v = Dv,
                     .kv_tiled = hp->ssm_kv_tiled, .q_scale = 1.0f / sqrtf((float)Dk),
                     .chunk = n > 1 ? H->gdn_chunk : 0};
-    be_gated_delta(be, H->lq, H->lk, H->lv, H->alpha, H->beta, ssm_state, &p, H->out);
+    if (!ck) {
+        be_gated_delta(be, H->lq, H->lk, H->lv, H->alpha, H->beta, ssm_state, &p, H->out);
+    } else { /* the recurrence one token at a time (what the batch op computes for chunk 0) */
+        p.n_tok = 1;
+        p.chunk = 0;
+        for (int t = 0; t < n; t++) {
+            be_gated_delta(be, H->lq + (size_t)t * KD, H->lk + (size_t)t * KD,
+                           H->lv + (size_t)t * VD, H->alpha + (size_t)t * Hv,
+                           H->beta + (size_t)t * Hv, ssm_state, &p, H->out + (size_t)t * VD);
+            be_copy_rows(be, H->ck_ssm + ((size_t)t * H->n_rec + slot) * H->ssm_len, H->ssm_len,
+                         ssm_state, H->ssm_len, 1, (int)H->ssm_len);
+        }
+    }
 
     /* gated RMSNorm per value head: norm_w * rmsnorm(o) * silu(z), then the output projection;
      * qwen4exp gates with sigmoid(z) instead (its only difference from this layer) */

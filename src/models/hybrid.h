@@ -31,6 +31,12 @@ struct hybrid_state {
      * per-token recurrence, bit-identical to decoding token by token and across any batch
      * split. > 0: the chunked form with this chunk length (equal to rounding; tests). */
     int gdn_chunk;
+    /* Per-token checkpoints (speculative decoding, models/qwen4exp_mtp.c): when ck_n > 0 the
+     * next pass (of ck_n tokens) runs the conv and the delta rule token by token and copies
+     * every recurrent layer's conv and ssm state after token t to ck_conv / ck_ssm
+     * [t][n_rec][len]; NULL / 0: off. */
+    float *ck_conv, *ck_ssm;
+    int ck_n;
 };
 
 /* Longest conv1d kernel a loader accepts (backends must support it; the models use 4). */

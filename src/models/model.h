@@ -124,6 +124,16 @@ struct arch_desc {
     int (*bind)(sluice_model *m, char *err, size_t err_len);
     /* Optional. Release what load and bind created beyond the generic fields. */
     void (*unload)(sluice_model *m);
+    /* Optional: speculative decoding with the model's own MTP block (qwen4exp_mtp.c).
+     * mtp_blocks: blocks bound (0: the file has none or the model was loaded with params.mtp
+     * 0). mtp_draft: n_draft greedy drafts after `next`, the token at position pos not yet
+     * evaluated. spec_begin: keep the recurrent state after every token of the next forward
+     * pass (of these n tokens); spec_keep: roll it back to after the first `keep`. 0 or -1. */
+    int (*mtp_blocks)(const sluice_model *m);
+    int (*mtp_draft)(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
+                     int n_draft, int32_t *drafts);
+    int (*spec_begin)(const sluice_model *m, model_state *st, const int32_t *tokens, int n);
+    int (*spec_keep)(const sluice_model *m, model_state *st, int keep);
 };
 
 /* Registry: the architecture implementing general.architecture, or NULL. */

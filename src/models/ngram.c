@@ -218,8 +218,18 @@ int ngram_forward(const sluice_model *m, model_state *st, backend *be, int n, in
     be->ops->ple_gate(be, key, query, xs->ple_val, n, q->hc, E, xs->ple_gated);
     float *normed = key, *conv = query;
     be_rmsnorm_groups(be, xs->ple_gated, X->ple_norm_conv.data, n, q->hc, E, hp->rms_eps, normed);
-    be->ops->conv1d_dilated_silu(be, normed, n, W, X->ple_conv, q->ple_kernel, q->ngram_size,
-                                 xs->ple_hist, conv);
+    if (xs->ck_n > 0 && xs->ck_n == n && n > 1) { /* checkpoints (qwen4exp_mtp.c) */
+        for (int t = 0; t < n; t++) {
+            be->ops->conv1d_dilated_silu(be, normed + (size_t)t * W, 1, W, X->ple_conv,
+                                         q->ple_kernel, q->ngram_size, xs->ple_hist,
+                                         conv + (size_t)t * W);
+            be_copy_rows(be, xs->ck_ple + (size_t)t * xs->ple_hist_len, xs->ple_hist_len,
+                         xs->ple_hist, xs->ple_hist_len, 1, (int)xs->ple_hist_len);
+        }
+    } else {
+        be->ops->conv1d_dilated_silu(be, normed, n, W, X->ple_conv, q->ple_kernel,
+                                     q->ngram_size, xs->ple_hist, conv);
+    }
     /* llama.cpp: x + (gated + conv) */
     be_add(be, xs->ple_gated, conv, (size_t)n * W);
     be_add(be, st->x, xs->ple_gated, (size_t)n * W);

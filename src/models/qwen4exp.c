@@ -11,8 +11,9 @@
  * The Gated DeltaNet layers are qwen35moe's (models/gated_deltanet.c: tiled value heads, the
  * same gates) with a sigmoid output gate. MoE: softmax router over all experts, top-k
  * renormalized, SwiGLU experts through the expert store, a sigmoid-gated shared expert.
- * The MTP block (nextn_predict_layers) is not part of the main pass: its routed experts are in
- * the expert layout for accounting, its other tensors are not bound. */
+ * The MTP block (nextn_predict_layers) is bound only when the model is loaded for speculative
+ * decoding (params.mtp > 0, qwen4exp_mtp.c); it then follows every trunk pass. Otherwise its
+ * routed experts are in the expert layout but never acquired, and out of the plan's floor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,8 +119,9 @@ static int qwen4exp_load(sluice_model *m, char *err, size_t n) {
     if (!ld_tensor(m, &m->output, false, hp->n_embd, hp->n_vocab, -1, err, n, "output.weight"))
         return -1;
     if (!m->output.data) m->output = m->tok_embd;
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    q->layers = calloc((size_t)hp->n_layer, sizeof *q->layers);
+    /* the MTP block's layer follows the trunk's (bound only for speculative decoding) */
+    m->layers = calloc((size_t)(hp->n_layer + q->nextn), sizeof *m->layers);
+    q->layers = calloc((size_t)(hp->n_layer + q->nextn), sizeof *q->layers);
     if (!m->layers || !q->layers || !ld_own(m, q->layers)) {
         snprintf(err, n, "out of memory");
         return -1;
@@ -144,7 +146,9 @@ static int qwen4exp_load(sluice_model *m, char *err, size_t n) {
     hp->n_layer = trunk + q->nextn;
     const bool ok = ld_experts(m, true, err, n);
     hp->n_layer = trunk;
-    return ok ? 0 : -1;
+    if (!ok) return -1;
+    if (m->params.mtp > 0 && !mtp_load(m, err, n)) return -1;
+    return 0;
 }
 
 /* After the plan: the n-gram table's tier (the planner decides; model.c has set
@@ -208,13 +212,14 @@ static uint64_t q4x_state_bytes(const sluice_model *m, int n_ctx) {
                         (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v);
     const uint64_t idx = (uint64_t)n_indexed(m) * ((uint64_t)n_ctx + blocks_for(m, n_ctx)) *
                          (uint64_t)q->idx_dim;
-    return (kv + idx) * sizeof(float) + q4x_recurrent_bytes(m);
+    return (kv + idx) * sizeof(float) + q4x_recurrent_bytes(m) + mtp_state_bytes(m, n_ctx);
 }
 
 static void q4x_state_free(model_state *st) {
     if (!st) return;
     backend *be = st->be;
     struct hybrid_state *H = st->hybrid;
+    mtp_state_free(st);
     if (H) {
         float *bufs[] = {H->conv, H->ssm, H->qkv, H->conv_out, H->lq, H->lk, H->lv, H->z,
                          H->beta, H->alpha, H->out, H->qg, H->gate};
@@ -257,10 +262,11 @@ static bool alloc_common(const sluice_model *m, model_state *st, struct hybrid_s
     const size_t k_used = (size_t)hp->n_expert_used, Q = (size_t)hp->n_head * hp->head_dim_k;
     const size_t KD = (size_t)hp->ssm_n_k_head * hp->ssm_d_k;
     const size_t VD = (size_t)hp->ssm_n_v_head * hp->ssm_d_v, CD = (size_t)hybrid_conv_dim(hp);
-    H->slot = calloc((size_t)hp->n_layer, sizeof *H->slot);
+    const int n_lay = hp->n_layer + (q->mtp ? 1 : 0); /* the MTP block: one more KV layer */
+    H->slot = calloc((size_t)n_lay, sizeof *H->slot);
     if (!H->slot) return false;
     int n_rec = 0, n_attn = 0;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = 0; il < n_lay; il++)
         H->slot[il] = m->layers[il].recurrent ? n_rec++ : n_attn++;
     H->n_attn = n_attn;
     H->n_rec = n_rec;
@@ -282,8 +288,8 @@ static bool alloc_common(const sluice_model *m, model_state *st, struct hybrid_s
     st->ff_b = state_alloc(be, B * ff * F);
     if (!be->host_memory) st->logits = state_alloc(be, STATE_LOGIT_ROWS * (size_t)hp->n_vocab * F);
     st->router = state_alloc(be, B * hp->n_expert * F);
-    st->moe_ids = state_alloc(be, (size_t)hp->n_layer * B * k_used * sizeof(int32_t));
-    st->moe_w = state_alloc(be, (size_t)hp->n_layer * B * k_used * F); /* per layer (moe.c) */
+    st->moe_ids = state_alloc(be, (size_t)n_lay * B * k_used * sizeof(int32_t));
+    st->moe_w = state_alloc(be, (size_t)n_lay * B * k_used * F); /* per layer (moe.c) */
     const bool table = be_has_expert_table(be);
     if (!table) {
         st->moe_slots = state_alloc(be, B * k_used * E * F);
@@ -381,7 +387,8 @@ static model_state *q4x_state_new(const sluice_model *m, backend *be, int n_ctx,
     st->be = be;
     st->n_ctx = n_ctx;
     st->n_batch = n_batch;
-    if (!alloc_common(m, st, H) || !alloc_q4x(m, st, xs)) {
+    if (!alloc_common(m, st, H) || !alloc_q4x(m, st, xs) ||
+        (q4x_of(m)->mtp && !mtp_state_alloc(m, st))) {
         q4x_state_free(st);
         return NULL;
     }
@@ -397,6 +404,8 @@ static void q4x_state_reset(model_state *st) {
     be_memzero(st->be, H->ssm, (size_t)H->n_rec * H->ssm_len * sizeof(float));
     if (xs->ple_hist) be_memzero(st->be, xs->ple_hist, xs->ple_hist_len * sizeof(float));
     xs->n_prev = 0;
+    xs->mtp_pend = 0;
+    H->ck_n = xs->ck_n = 0;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -496,6 +505,10 @@ static int q4x_forward(const sluice_model *m, model_state *st, backend *be,
         hc_write(m, st, be, st->tmp, n);
     }
     if (q->ple_layer >= 0) ngram_advance(q, xs, tokens, n);
+    struct hybrid_state *H = st->hybrid;
+    if (H->ck_n != n) H->ck_n = xs->ck_n = 0; /* checkpoints only for the pass they were set for */
+    /* the MTP block follows the trunk (its KV cache for the positions now complete) */
+    if (q->mtp && mtp_follow(m, st, be, tokens, n, pos0) != 0) return -1;
     if (!logits) return 0; /* an intermediate prompt chunk */
     /* the final mixer is the output norm; only the rows whose logits are wanted */
     const int n_out = all_logits ? n : 1;
@@ -523,8 +536,15 @@ static void q4x_plan_facts(const sluice_model *m, plan_model_facts *f) {
         f->ngram_row_bytes = q->table.row_bytes;
         f->ngram_rows_per_token = q->ple_n_heads;
     }
+    if (q->mtp) /* its trunk residual rows, its own residual, eh_proj's inputs */
+        extra += 4 * (2 * W + 2 * W);
     f->scratch_per_token += extra;
+    /* the MTP block's experts are acquired only with speculative decoding: then they count in
+     * the cache's floor and target like a trunk layer's, else not at all */
+    if (q->nextn > 0 && !q->mtp && f->n_moe_layers > q->nextn) f->n_moe_layers -= q->nextn;
 }
+
+static int q4x_mtp_blocks(const sluice_model *m) { return q4x_of(m)->mtp ? 1 : 0; }
 
 const arch_desc arch_qwen4exp = {
     .name = "qwen4exp",
@@ -539,6 +559,10 @@ const arch_desc arch_qwen4exp = {
     .plan_facts = q4x_plan_facts,
     .bind = qwen4exp_bind,
     .unload = qwen4exp_unload,
+    .mtp_blocks = q4x_mtp_blocks,
+    .mtp_draft = mtp_draft,
+    .spec_begin = mtp_spec_begin,
+    .spec_keep = mtp_spec_keep,
 };
 
 /* ---- observation (tests) -------------------------------------------------------------------- */

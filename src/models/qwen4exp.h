@@ -6,6 +6,8 @@
  *                the final mixer before the output head)
  *   qsa.c        gated attention with the QSA block-sparse indexer
  *   ngram.c      the n-gram (PLE) module: hashing, the table rows, its gate and dilated conv
+ *   qwen4exp_mtp.c  the MTP block (the drafter of speculative decoding) and the per-token
+ *                checkpoints of the recurrent state that let a verified batch be cut short
  *
  * The residual stream is WIDE: hc streams of n_embd per token ([n][hc][n_embd], stream-major,
  * as the 1-D norm weights of hc * n_embd are laid out). There are no layer norms: the
@@ -49,7 +51,12 @@ typedef struct q4x_model {
     uint64_t head_offset[Q4X_MAX_HEADS], head_size[Q4X_MAX_HEADS];
     tview table;       /* per_layer_token_embd [ple_dim] x rows */
     uint64_t table_offset; /* file offset of its first row */
-    int nextn;         /* MTP blocks after the trunk (bound for accounting only) */
+    int nextn;         /* MTP blocks after the trunk (the file's) */
+    /* the MTP block, bound when the model is loaded with params.mtp > 0 (qwen4exp_mtp.c): its
+     * trunk-shaped layer is layers[n_layer] / m->layers[n_layer] (dense attention) */
+    bool mtp;
+    tview mtp_enorm, mtp_hnorm, mtp_eh_proj;
+    q4x_hc mtp_head;   /* its own output mixer */
 } q4x_model;
 
 /* Called for every token of a QSA layer with the positions it attends to (NULL, -1: dense). */
@@ -83,6 +90,21 @@ typedef struct q4x_state {
     float *emb_h;        /* dequantized, host */
     int32_t prev[Q4X_MAX_NGRAM]; /* the sequence's last tokens, newest first */
     int n_prev;
+    /* MTP (qwen4exp_mtp.c; NULL without it) */
+    float *mtp_h;        /* [n_batch + 1][hc * n_embd]: row 0 the trunk's last kept position
+                          * before the batch, rows 1..n the batch's trunk residual */
+    int mtp_pend;        /* the row of mtp_h holding the trunk residual of position pos - 1 */
+    bool mtp_have;       /* mtp_h[mtp_pend] is valid (pos > 0) */
+    float *mtp_x;        /* the MTP block's wide residual [n_batch][hc * n_embd] */
+    float *mtp_chain;    /* a draft's exported residual, the next draft's input [hc * n_embd] */
+    float *mtp_cat;      /* [n_batch * hc][2 * n_embd] eh_proj inputs */
+    float *mtp_logits;   /* host [n_vocab] */
+    /* per-token checkpoints of the recurrent state of one forward pass (spec_begin) */
+    int ck_cap, ck_n;    /* tokens they can hold; tokens of the pass being checkpointed (0: off) */
+    float *ck_ple;       /* [ck_cap][ple_hist_len] */
+    int32_t ck_prev[Q4X_MAX_NGRAM]; /* the n-gram history before the pass */
+    int ck_n_prev;
+    int32_t *ck_tokens;  /* host [ck_cap]: the pass's tokens */
     /* observation (tests) */
     q4x_qsa_fn qsa_fn;
     void *qsa_ctx;
@@ -92,6 +114,32 @@ typedef struct q4x_state {
 
 static inline q4x_model *q4x_of(const sluice_model *m) { return (q4x_model *)m->arch_priv; }
 static inline q4x_state *q4x_state_of(const model_state *st) { return (q4x_state *)st->arch_state; }
+
+/* ---- qwen4exp_mtp.c ---- */
+/* Bind the MTP block (m->layers and q->layers have n_layer + 1 entries). false with err. */
+bool mtp_load(sluice_model *m, char *err, size_t n);
+/* Session memory of the MTP and of the checkpoints, in bytes (0 without MTP). */
+uint64_t mtp_state_bytes(const sluice_model *m, int n_ctx);
+bool mtp_state_alloc(const sluice_model *m, model_state *st);
+void mtp_state_free(model_state *st);
+/* After the trunk pass of tokens[0..n) at pos0 (st->x holds its residual): run the MTP block
+ * over the positions whose next token is now known (pos0 - 1 .. pos0 + n - 2), so its KV
+ * cache follows the trunk. 0 or -1. */
+int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens, int n,
+               int pos0);
+/* The MTP block over n positions pos0.. with trunk (or chained) residual rows h [n][hc*E] and
+ * the next tokens; the block's output residual stays in xs->mtp_x; logits (host [n][n_vocab])
+ * of its own mixer and the shared head when not NULL. 0 or -1. */
+int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float *h,
+                const int32_t *next, int n, int pos0, float *logits);
+/* Draft n_draft tokens after `next` (the token at position pos, not yet evaluated): greedy
+ * argmax of the MTP logits, chained through the block's exported residual. 0 or -1. */
+int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
+              int n_draft, int32_t *drafts);
+/* Checkpoints: keep the recurrent state after every token of the next forward pass, of these n
+ * tokens (n <= ck_cap); spec_keep then rolls the state back to after its first `keep`. */
+int mtp_spec_begin(const sluice_model *m, model_state *st, const int32_t *tokens, int n);
+int mtp_spec_keep(const sluice_model *m, model_state *st, int keep);
 
 /* Observers for tests (NULL: none). */
 void qwen4exp_observe(model_state *st, q4x_qsa_fn qsa_fn, void *qsa_ctx, q4x_rows_fn rows_fn,

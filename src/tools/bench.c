@@ -203,7 +203,26 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
         memcpy(toks, prompt, (size_t)p * sizeof(int32_t));
         toks[p] = tok;
     }
-    for (int i = 0; i < n_gen; i++) {
+    sluice_spec_stats ss = {0};
+    int32_t fed[65];
+    for (int i = 0; c->bp->mtp > 0 && i < n_gen;) { /* MTP speculative steps */
+        float *rows = measured ? logits + (size_t)(i + 1) * V : NULL;
+        const double ts = now_s();
+        const int k = sluice_session_spec_step(s, c->bp->mtp, n_gen - i, fed, rows, &ss);
+        const double dt = now_s() - ts;
+        if (k < 1) goto eval_fail;
+        if (fed[0] != tok) {
+            snprintf(err, en, "MTP step evaluated token %d where %d was chosen", fed[0], tok);
+            goto done;
+        }
+        for (int j = 0; j < k; j++) {
+            steps[i + j] = dt / k;
+            tok = j + 1 < k ? fed[j + 1] : argmax(sluice_session_logits(s), V);
+            if (measured) toks[p + i + j + 1] = j + 1 < k ? fed[j + 1] : tok;
+        }
+        i += k;
+    }
+    for (int i = 0; c->bp->mtp <= 0 && i < n_gen; i++) {
         const double ts = now_s();
         if (sluice_session_eval(s, &tok, 1, NULL) != 0) goto eval_fail;
         int32_t next = argmax(sluice_session_logits(s), V);
@@ -219,6 +238,9 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
         rc = 0;
         goto done;
     }
+    r->spec_steps = ss.steps;
+    r->spec_drafted = ss.drafted;
+    r->spec_accepted = ss.accepted;
     r->peak_rss = machine_peak_rss();
     r->peak_rss_per_run = per_run;
     r->n_prompt = p;

@@ -8,7 +8,11 @@
  * Evidence: logit rows L0..Ln (L0 = last prompt position, Li = after the i-th generated token)
  * as little-endian float32 [n_gen+1][n_vocab]; tokens = the prompt ids then g1..g(n+1), where
  * g(i+1) = argmax(Li) (ties: lowest id), as little-endian int32. Their SHA-256 go into the run
- * record, so equal hashes mean bit-identical outputs. */
+ * record, so equal hashes mean bit-identical outputs.
+ *
+ * With MTP (bench_params.mtp) a decode step is a speculative step that emits one or more tokens;
+ * each emitted token is charged the step's time divided by the tokens it emitted (TPOT), and the
+ * evidence is the same rows and tokens as plain greedy decoding (equal hashes prove it). */
 #ifndef SLUICE_BENCH_H
 #define SLUICE_BENCH_H
 
@@ -36,6 +40,8 @@ typedef struct bench_params {
     const char *trace_path;     /* NULL: no routing trace */
     bool hash_model;            /* full SHA-256 of the model file instead of the fast one */
     bool warmup;                /* one short untimed run first */
+    int mtp;                    /* > 0: decode by MTP speculative steps of this many drafts (the
+                                 * model loaded with params.mtp); the evidence is unchanged */
 } bench_params;
 
 typedef struct bench_stats {
@@ -52,6 +58,7 @@ typedef struct bench_run {
     bench_stats prefill, decode;
     uint64_t unique_expert_bytes;                    /* distinct experts used x expert size */
     double read_amplification;                       /* bytes read / unique_expert_bytes */
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* MTP: passes, drafts, accepted */
     char logits_sha[65], tokens_sha[65];
     char logits_file[512], tokens_file[512];
 } bench_run;

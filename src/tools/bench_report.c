@@ -72,6 +72,19 @@ void bench_print_markdown(FILE *out, const sluice_model *m, const bench_params *
                 n > 1 ? (same ? " (all reps equal)" : " (REPS DIFFER)") : "");
         i = j;
     }
+    if (bp->mtp > 0) { /* speculative decoding: how many drafts the trunk accepted */
+        uint64_t steps = 0, drafted = 0, accepted = 0;
+        for (int i = 0; i < res->n_runs; i++) {
+            steps += res->runs[i].spec_steps;
+            drafted += res->runs[i].spec_drafted;
+            accepted += res->runs[i].spec_accepted;
+        }
+        fprintf(out, "\nMTP %d drafts/step: %llu steps, %llu drafted, %llu accepted "
+                     "(acceptance %.1f%%, %.2f tokens/step)\n",
+                bp->mtp, (unsigned long long)steps, (unsigned long long)drafted,
+                (unsigned long long)accepted, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0,
+                steps ? (double)(steps + accepted) / (double)steps : 0.0);
+    }
 }
 
 void bench_print_csv(FILE *out, const sluice_model *m, const bench_params *bp,
@@ -192,6 +205,11 @@ char *bench_json(const sluice_model *m, const bench_params *bp, const bench_resu
             "decode", stats_json(&r->decode), "read_amplification", r->read_amplification,
             "unique_expert_bytes", (json_int_t)r->unique_expert_bytes,
             "evidence", ev);
+        if (bp->mtp > 0)
+            json_object_set_new(run, "mtp", json_pack("{s:i,s:I,s:I,s:I}", "drafts", bp->mtp,
+                                                      "steps", (json_int_t)r->spec_steps,
+                                                      "drafted", (json_int_t)r->spec_drafted,
+                                                      "accepted", (json_int_t)r->spec_accepted));
         json_array_append_new(runs, run);
     }
     json_t *root = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o}", "schema", "sluice-bench/1",

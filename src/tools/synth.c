@@ -62,7 +62,20 @@ static synth_tensor *add(plan *pl, synth_role role, float std, int layer, int n_
 }
 
 static bool is_recurrent(const synth_preset *p, int il) {
-    return p->arch != SYNTH_QWEN3MOE && (il + 1) % p->full_attn_interval != 0;
+    /* an MTP block (il >= n_layer) is an attention layer */
+    return p->arch != SYNTH_QWEN3MOE && il < p->n_layer && (il + 1) % p->full_attn_interval != 0;
+}
+
+/* The qwen4exp MTP block's own tensors beyond its trunk-shaped layer (qwen4exp_mtp.c):
+ * enorm, hnorm, eh_proj [2 n_embd -> n_embd] and its output mixer hc_head. */
+static bool plan_nextn(plan *pl, const synth_preset *p, int il) {
+    const int64_t E = p->n_embd, W = (int64_t)p->hc * E, R = p->hc_rank;
+    return add(pl, ROLE_NORM, 0, il, 1, E, 1, 1, "blk.%d.nextn.enorm.weight", il) &&
+           add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.nextn.hnorm.weight", il) &&
+           add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)(2 * E)), il, 2, 2 * E, E, 1, "blk.%d.nextn.eh_proj.weight", il) &&
+           add(pl, ROLE_NORM, 0, il, 1, W, 1, 1, "blk.%d.nextn.hc_head_norm.weight", il) &&
+           add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)W), il, 2, W, R, 1, "blk.%d.nextn.hc_head_down.weight", il) &&
+           add(pl, ROLE_WEIGHT, 1.0f / sqrtf((float)R), il, 2, R, W, 1, "blk.%d.nextn.hc_head_up.weight", il);
 }
 
 /* qwen4exp's primes: the n-gram head moduli are consecutive primes from ple_base. */
@@ -215,9 +228,9 @@ static int build_plan(plan *pl, const synth_preset *p, synth_mix mix, char *err,
                !add(pl, ROLE_NORM, 0, -1, 1, E, 1, 1, "output_norm.weight") ||
                !add(pl, ROLE_EMBD, 1.0f, -1, 2, E, V, 1, "token_embd.weight"))
         goto oom;
-    for (int il = 0; il < p->n_layer; il++) {
+    for (int il = 0; il < p->n_layer + p->nextn; il++) {
         int first = pl->n;
-        if (!plan_layer(pl, p, il)) goto oom;
+        if (!plan_layer(pl, p, il) || (il >= p->n_layer && !plan_nextn(pl, p, il))) goto oom;
         qsort(pl->t + first, (size_t)(pl->n - first), sizeof *pl->t, cmp_name);
     }
     int n_attn_v = 0, i_attn_v = 0;
@@ -254,7 +267,7 @@ static int write_metadata(gguf_writer *w, const synth_preset *p, const synth_opt
     bool ok = gguf_w_str(w, "general.architecture", a) == 0 &&
               gguf_w_str(w, "general.name", p->label) == 0 &&
               gguf_w_str(w, "general.size_label", p->size_label) == 0 &&
-              gguf_w_u32(w, KEY("block_count"), (uint32_t)p->n_layer) == 0 &&
+              gguf_w_u32(w, KEY("block_count"), (uint32_t)(p->n_layer + p->nextn)) == 0 &&
               gguf_w_u32(w, KEY("context_length"), (uint32_t)p->n_ctx) == 0 &&
               gguf_w_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd) == 0 &&
               (p->n_ff == 0 || gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff) == 0) &&
@@ -283,10 +296,10 @@ static int write_metadata(gguf_writer *w, const synth_preset *p, const synth_opt
         /* llama.cpp's qwen4exp keys; the n-gram arrays are u64 as the converter writes them */
         int32_t ratios[256];
         uint8_t recurrent[256];
-        const int nl = p->n_layer < 256 ? p->n_layer : 256;
+        const int nl = p->n_layer + p->nextn < 256 ? p->n_layer + p->nextn : 256;
         for (int il = 0; il < nl; il++) {
             recurrent[il] = is_recurrent(p, il);
-            ratios[il] = recurrent[il] ? 0 : p->idx_ratio;
+            ratios[il] = recurrent[il] || il >= p->n_layer ? 0 : p->idx_ratio; /* MTP: 0 */
         }
         const int heads = 2 * p->ple_heads;
         uint64_t sizes[64], offsets[64], off = 0;
@@ -314,7 +327,8 @@ static int write_metadata(gguf_writer *w, const synth_preset *p, const synth_opt
              gguf_w_u32(w, KEY("embedding_length_per_layer_input"), (uint32_t)p->ple_dim) == 0 &&
              gguf_w_arr(w, KEY("ple.layer_multipliers"), GGUF_VT_U64, mult, 3) == 0 &&
              gguf_w_arr(w, KEY("ple.head_vocab_sizes"), GGUF_VT_U64, sizes, (uint64_t)heads) == 0 &&
-             gguf_w_arr(w, KEY("ple.head_offsets"), GGUF_VT_U64, offsets, (uint64_t)heads) == 0;
+             gguf_w_arr(w, KEY("ple.head_offsets"), GGUF_VT_U64, offsets, (uint64_t)heads) == 0 &&
+             (p->nextn == 0 || gguf_w_u32(w, KEY("nextn_predict_layers"), (uint32_t)p->nextn) == 0);
     }
 #undef KEY
     ok = ok && gguf_w_u32(w, "general.quantization_version", 2) == 0 &&
@@ -549,7 +563,7 @@ static void print_plan(FILE *log, const plan *pl, const synth_options *o, uint64
 }
 
 static void make_ranks(const synth_preset *p, uint64_t seed, int32_t *rank, int32_t *home) {
-    for (int il = 0; il < p->n_layer; il++) {
+    for (int il = 0; il < p->n_layer + p->nextn; il++) {
         int32_t *perm = rank + (size_t)il * p->n_expert;
         for (int e = 0; e < p->n_expert; e++) perm[e] = e;
         uint64_t s = synth_mix64(seed ^ 0x70707070ull ^ (uint64_t)il);
@@ -568,11 +582,20 @@ static void make_ranks(const synth_preset *p, uint64_t seed, int32_t *rank, int3
 }
 
 int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
-    const synth_preset *p = synth_preset_find(o->preset);
-    if (!p) {
+    const synth_preset *found = synth_preset_find(o->preset);
+    if (!found) {
         snprintf(err, n, "unknown preset '%s' (see sluice synth --list)", o->preset);
         return -1;
     }
+    synth_preset with_mtp = *found;
+    if (o->mtp) {
+        if (found->arch != SYNTH_QWEN4EXP) {
+            snprintf(err, n, "--mtp: preset '%s' is not a qwen4exp model", o->preset);
+            return -1;
+        }
+        with_mtp.nextn = 1;
+    }
+    const synth_preset *p = &with_mtp;
     int mix = synth_mix_from_name(o->type);
     if (mix < 0) {
         snprintf(err, n, "unknown type '%s' (see sluice synth --list)", o->type);
@@ -657,8 +680,8 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
             goto done;
         }
     } else {
-        rank = malloc((size_t)p->n_layer * p->n_expert * sizeof *rank);
-        home = malloc((size_t)p->n_layer * p->n_expert * sizeof *home);
+        rank = malloc((size_t)(p->n_layer + p->nextn) * p->n_expert * sizeof *rank);
+        home = malloc((size_t)(p->n_layer + p->nextn) * p->n_expert * sizeof *home);
         pool = threadpool_new(o->n_threads > 0 ? o->n_threads : threadpool_default_threads());
         if (!rank || !home || !pool) {
             snprintf(err, n, "out of memory");

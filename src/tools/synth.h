@@ -42,6 +42,8 @@ typedef struct synth_preset {
     int hc, hc_rank, idx_head, idx_dim, idx_top_k, idx_ratio;
     int ple_layer, ple_heads, ple_dim, ple_eos;
     int64_t ple_base;
+    /* qwen4exp: MTP blocks after the trunk (nextn_predict_layers; synth_options.mtp sets 1) */
+    int nextn;
 } synth_preset;
 
 /* The preset table; NULL-terminated lookups. */
@@ -76,6 +78,7 @@ typedef struct synth_options {
     bool dry_run;           /* plan only: print the tensor mix and size, write nothing */
     bool header_only;       /* write the header and a sparse (all-zero) data section */
     bool list_tensors;      /* print every tensor of the plan */
+    bool mtp;               /* qwen4exp: add the MTP block (blk.N.nextn.*, nextn_predict_layers 1) */
     int progress;           /* 0: none, 1: bar (tty), 2: percentage lines */
 } synth_options;
 

@@ -1,0 +1,98 @@
+/* Speculative decoding with the model's own MTP block as the drafter (greedy).
+ *
+ * One step, with g = argmax of the session's logits at position pos (g not yet evaluated):
+ *   1. the MTP block drafts d1..dN after g (models/qwen4exp_mtp.c: mtp_draft);
+ *   2. the trunk evaluates [g, d1..dN] in one pass with the logits of every row, keeping the
+ *      recurrent state after every token (spec_begin);
+ *   3. k = the drafts that equal the argmax of the row before them; g, d1..dk are kept: the
+ *      position becomes pos + k + 1, the recurrent state returns to its checkpoint after dk
+ *      (spec_keep), attention caches past it are simply never read.
+ * The engine is bit-identical across batch sizes (docs/ARCHITECTURE.md, Determinism), so the
+ * kept rows are the logits plain decoding computes one token at a time, and the tokens follow.
+ * The MTP block's own KV cache follows the trunk inside every pass (mtp_follow). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/session_internal.h"
+#include "models/model.h"
+
+static int32_t argmax_row(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int sluice_model_mtp_blocks(const sluice_model *m) {
+    return m->arch->mtp_blocks ? m->arch->mtp_blocks(m) : 0;
+}
+
+void sluice_session_set_draft_hook(sluice_session *s, session_draft_fn fn, void *ctx) {
+    session_spec *sp = session_spec_of(s);
+    sp->hook = fn;
+    sp->hook_ctx = ctx;
+}
+
+int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int32_t *fed,
+                             float *logits, sluice_spec_stats *stats) {
+    const sluice_model *m = session_model(s);
+    const arch_desc *a = m->arch;
+    model_state *st = session_model_state(s);
+    backend *be = session_backend(s);
+    session_spec *sp = session_spec_of(s);
+    const int V = m->hp.n_vocab, pos = sluice_session_pos(s);
+    const float *last = sluice_session_logits(s);
+    if (sluice_model_mtp_blocks(m) < 1 || !a->mtp_draft || !a->spec_begin || !a->spec_keep) {
+        sluice_set_error("spec: the model has no MTP block loaded (load it with mtp > 0)");
+        return -1;
+    }
+    if (!last) {
+        sluice_set_error("spec: no logits (evaluate a prompt first)");
+        return -1;
+    }
+    if (max_tokens < 1 || pos >= sluice_session_n_ctx(s) || n_draft < 0) {
+        sluice_set_error("spec: nothing to generate (max %d tokens at position %d of %d)",
+                         max_tokens, pos, sluice_session_n_ctx(s));
+        return -1;
+    }
+    /* drafts that could be kept: within the budget, the context, one batch, the checkpoints */
+    int N = n_draft;
+    if (N > max_tokens - 1) N = max_tokens - 1;
+    if (N > sluice_session_n_ctx(s) - pos - 1) N = sluice_session_n_ctx(s) - pos - 1;
+    if (N > session_batch(s) - 1) N = session_batch(s) - 1;
+    if (N > m->params.mtp) N = m->params.mtp;
+    if (N < 0) N = 0;
+    if (sp->cap < N + 1) {
+        float *nl = realloc(sp->logits, (size_t)(N + 1) * (size_t)V * sizeof(float));
+        if (!nl) {
+            sluice_set_error("out of memory");
+            return -1;
+        }
+        sp->logits = nl;
+        sp->cap = N + 1;
+    }
+    int32_t batch[64 + 1];
+    if (N > 64) N = 64;
+    batch[0] = argmax_row(last, V);
+    if (N > 0 && a->mtp_draft(m, st, be, batch[0], pos, N, batch + 1) != 0) return -1;
+    if (sp->hook)
+        for (int j = 1; j <= N; j++) batch[j] = sp->hook(sp->hook_ctx, pos + j, batch[j]);
+    if (a->spec_begin(m, st, batch, N + 1) != 0) return -1;
+    if (sluice_session_eval(s, batch, N + 1, sp->logits) != 0) {
+        a->spec_keep(m, st, N + 1); /* clears the checkpoints; the session is unusable now */
+        return -1;
+    }
+    int k = 0; /* accepted drafts */
+    while (k < N && argmax_row(sp->logits + (size_t)k * V, V) == batch[k + 1]) k++;
+    if (a->spec_keep(m, st, k + 1) != 0) return -1;
+    session_set_position(s, pos + k + 1, sp->logits + (size_t)k * V);
+    memcpy(fed, batch, (size_t)(k + 1) * sizeof *fed);
+    if (logits) memcpy(logits, sp->logits, (size_t)(k + 1) * (size_t)V * sizeof(float));
+    if (stats) {
+        stats->steps++;
+        stats->drafted += (uint64_t)N;
+        stats->accepted += (uint64_t)k;
+    }
+    return k + 1;
+}

@@ -1,0 +1,269 @@
+/* qwen4exp's MTP block (spec QWEN4EXP.md 1.7), the drafter of speculative decoding, and the
+ * per-token checkpoints that let a verified batch keep only its accepted prefix.
+ *
+ * The block predicts the token after next from the trunk's wide residual h_t at position t and
+ * the embedding of the next token t+1:
+ *
+ *   e    = RMSNorm(embed(token t+1)) * enorm                          [n_embd]
+ *   hn   = grouped RMSNorm(h_t) * hnorm   (each of the hc streams)     [hc][n_embd]
+ *   x_s  = eh_proj [e | hn_s]             per stream s                 [hc][n_embd]
+ *   x    = one trunk-shaped layer over x: hc read, dense gated attention (its own KV cache;
+ *          llama.cpp attends densely in the MTP block), hc write, hc read, MoE with the shared
+ *          expert, hc write
+ *   logits = W_out hc_read_head(x)         its own output mixer, the shared output head
+ *
+ * x (still hc streams wide) is the block's exported residual: a chained draft feeds it back as
+ * h of the next position. The tensors are blk.N.nextn.{enorm,hnorm,eh_proj}.weight and
+ * blk.N.nextn.hc_head_{norm,down,up}.weight (N = the trunk's n_layer), next to the block's
+ * trunk-shaped blk.N.* tensors; the order inside eh_proj's input is [embedding | hidden].
+ *
+ * The block runs at position t for the pair (h_t, token t+1), so its KV cache follows the trunk
+ * one position behind: after every trunk pass, mtp_follow runs it over the positions whose
+ * next token became known. A draft then starts at the last position (pos - 1) with the token
+ * the trunk just chose.
+ *
+ * Checkpoints: a verification pass of n tokens (the chosen token and n - 1 drafts) runs the
+ * recurrent parts (Gated DeltaNet conv and delta rule, the n-gram conv) token by token and
+ * copies their state after every token, so spec_keep can return to the state after any prefix
+ * exactly. Attention caches need nothing: positions past the kept ones are never read and are
+ * overwritten (QSA block keys are re-pooled from the batch's first block). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "models/qwen4exp.h"
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+bool mtp_load(sluice_model *m, char *err, size_t n) {
+    const hparams *hp = &m->hp;
+    q4x_model *q = q4x_of(m);
+    const int L = hp->n_layer; /* the first block after the trunk */
+    const int64_t E = hp->n_embd, W = (int64_t)q->hc * E;
+    if (q->nextn < 1) {
+        snprintf(err, n, "the model has no MTP block (%s.nextn_predict_layers is 0)",
+                 m->arch_name);
+        return false;
+    }
+    if (!m->layout.layers || m->layout.n_layer <= L || !m->layout.layers[L].present) {
+        snprintf(err, n, "the MTP block (layer %d) has no routed experts", L);
+        return false;
+    }
+    m->layers[L].recurrent = false;
+    q->layers[L].compress = 0; /* dense attention, as llama.cpp */
+    char pa[48], pf[48], ph[48];
+    snprintf(pa, sizeof pa, "blk.%d.hc_attn", L);
+    snprintf(pf, sizeof pf, "blk.%d.hc_ffn", L);
+    snprintf(ph, sizeof ph, "blk.%d.nextn.hc_head", L);
+    if (!hc_load(m, &q->layers[L].attn, true, err, n, pa) ||
+        !hc_load(m, &q->layers[L].ffn, true, err, n, pf) || !qsa_load_layer(m, L, err, n) ||
+        !hybrid_load_moe_layer(m, L, err, n) || !hc_load(m, &q->mtp_head, false, err, n, ph) ||
+        !ld_tensor(m, &q->mtp_enorm, true, E, -1, -1, err, n, "blk.%d.nextn.enorm.weight", L) ||
+        !ld_tensor(m, &q->mtp_hnorm, true, W, -1, -1, err, n, "blk.%d.nextn.hnorm.weight", L) ||
+        !ld_tensor(m, &q->mtp_eh_proj, true, 2 * E, E, -1, err, n,
+                   "blk.%d.nextn.eh_proj.weight", L))
+        return false;
+    q->mtp = true;
+    return true;
+}
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+/* Verification passes hold the chosen token and up to params.mtp drafts. */
+static int ck_cap_of(const sluice_model *m) { return m->params.mtp + 1; }
+
+static uint64_t recurrent_floats(const sluice_model *m) {
+    const hparams *hp = &m->hp;
+    const q4x_model *q = q4x_of(m);
+    uint64_t f = (uint64_t)hp->n_layer_recurrent *
+                 ((uint64_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k +
+                  (uint64_t)(hp->ssm_kernel - 1) * (uint64_t)hybrid_conv_dim(hp));
+    if (q->ple_layer >= 0)
+        f += (uint64_t)(q->ple_kernel - 1) * q->ngram_size * (uint64_t)q->hc * hp->n_embd;
+    return f;
+}
+
+uint64_t mtp_state_bytes(const sluice_model *m, int n_ctx) {
+    const hparams *hp = &m->hp;
+    if (!q4x_of(m)->mtp) return 0;
+    const uint64_t kv = (uint64_t)n_ctx * hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v);
+    return (kv + (uint64_t)ck_cap_of(m) * recurrent_floats(m)) * sizeof(float);
+}
+
+bool mtp_state_alloc(const sluice_model *m, model_state *st) {
+    const hparams *hp = &m->hp;
+    const q4x_model *q = q4x_of(m);
+    q4x_state *xs = q4x_state_of(st);
+    struct hybrid_state *H = st->hybrid;
+    backend *be = st->be;
+    const size_t B = (size_t)st->n_batch, F = sizeof(float), E = (size_t)hp->n_embd;
+    const size_t W = (size_t)q->hc * E, C = (size_t)ck_cap_of(m);
+    xs->mtp_h = state_alloc(be, (B + 1) * W * F);
+    xs->mtp_x = state_alloc(be, B * W * F);
+    xs->mtp_chain = state_alloc(be, W * F);
+    xs->mtp_cat = state_alloc(be, B * (size_t)q->hc * 2 * E * F);
+    xs->mtp_logits = malloc((size_t)hp->n_vocab * F);
+    xs->ck_tokens = malloc(C * sizeof(int32_t));
+    xs->ck_cap = (int)C;
+    H->ck_conv = state_alloc(be, C * (size_t)H->n_rec * H->conv_len * F + F);
+    H->ck_ssm = state_alloc(be, C * (size_t)H->n_rec * H->ssm_len * F + F);
+    bool ok = xs->mtp_h && xs->mtp_x && xs->mtp_chain && xs->mtp_cat && xs->mtp_logits &&
+              xs->ck_tokens && H->ck_conv && H->ck_ssm;
+    if (ok && xs->ple_hist) {
+        xs->ck_ple = state_alloc(be, C * xs->ple_hist_len * F + F);
+        ok = xs->ck_ple != NULL;
+    }
+    return ok;
+}
+
+void mtp_state_free(model_state *st) {
+    q4x_state *xs = q4x_state_of(st);
+    struct hybrid_state *H = st->hybrid;
+    backend *be = st->be;
+    if (xs) {
+        float *bufs[] = {xs->mtp_h, xs->mtp_x, xs->mtp_chain, xs->mtp_cat, xs->ck_ple};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) state_release(be, bufs[i]);
+        free(xs->mtp_logits);
+        free(xs->ck_tokens);
+    }
+    if (H) {
+        state_release(be, H->ck_conv);
+        state_release(be, H->ck_ssm);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float *h,
+                const int32_t *next, int n, int pos0, float *logits) {
+    const hparams *hp = &m->hp;
+    const q4x_model *q = q4x_of(m);
+    q4x_state *xs = q4x_state_of(st);
+    const int L = hp->n_layer, E = hp->n_embd, hc = q->hc;
+    const q4x_layer *X = &q->layers[L];
+    /* the route callback sees the trunk's layers only (its tables are sized for them) */
+    sluice_route_fn route = st->route_fn;
+    st->route_fn = NULL;
+    const int32_t *ids;
+    be_set_inputs(be, next, n, pos0, &ids, &st->pos);
+    st->pos0 = pos0;
+    /* eh_proj's input rows, one per (token, stream): [enorm(e_t) | hnorm(h_t)_s] */
+    be_embed(be, &m->tok_embd, ids, n, st->cur);
+    be_rmsnorm(be, st->cur, &q->mtp_enorm, n, E, hp->rms_eps, st->cur);
+    be_rmsnorm_groups(be, h, q->mtp_hnorm.data, n, hc, E, hp->rms_eps, xs->xn);
+    for (int s = 0; s < hc; s++)
+        be_copy_rows(be, xs->mtp_cat + (size_t)s * 2 * E, (size_t)hc * 2 * E, st->cur, (size_t)E,
+                     n, E);
+    be_copy_rows(be, xs->mtp_cat + E, (size_t)2 * E, xs->xn, (size_t)E, n * hc, E);
+    /* row t * hc + s of the product is stream s of token t: the wide layout */
+    be_matmul(be, &q->mtp_eh_proj, xs->mtp_cat, n * hc, xs->mtp_x);
+    /* the trunk-shaped layer */
+    hc_read(m, st, be, &X->attn, xs->mtp_x, n, st->cur);
+    qsa_attention(m, st, be, L, n, pos0);
+    be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
+    hc_read(m, st, be, &X->ffn, xs->mtp_x, n, st->cur);
+    const int rc = moe_forward(m, st, be, L, st->cur, n, st->tmp);
+    st->route_fn = route;
+    if (rc != 0) return -1;
+    be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
+    if (!logits) return 0;
+    hc_read(m, st, be, &q->mtp_head, xs->mtp_x, n, st->cur);
+    be_matmul(be, &m->output, st->cur, n, logits); /* host backends only (mtp_draft checks) */
+    return 0;
+}
+
+int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens, int n,
+               int pos0) {
+    q4x_state *xs = q4x_state_of(st);
+    const size_t W = (size_t)q4x_of(m)->hc * m->hp.n_embd;
+    /* row 0: the trunk residual of position pos0 - 1 (the pass before, cut where it was kept) */
+    if (pos0 > 0 && xs->mtp_pend != 0)
+        be_copy_rows(be, xs->mtp_h, W, xs->mtp_h + (size_t)xs->mtp_pend * W, W, 1, (int)W);
+    be_copy_rows(be, xs->mtp_h + W, W, st->x, W, n, (int)W);
+    xs->mtp_pend = n;
+    /* positions pos0 - 1 .. pos0 + n - 2, each with its next token */
+    if (pos0 > 0) return mtp_forward(m, st, be, xs->mtp_h, tokens, n, pos0 - 1, NULL);
+    return n > 1 ? mtp_forward(m, st, be, xs->mtp_h + W, tokens + 1, n - 1, 0, NULL) : 0;
+}
+
+static int32_t argmax_f(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
+              int n_draft, int32_t *drafts) {
+    const q4x_model *q = q4x_of(m);
+    q4x_state *xs = q4x_state_of(st);
+    if (!q->mtp || !xs->mtp_h) {
+        sluice_set_error("the model was loaded without its MTP block");
+        return -1;
+    }
+    if (!be->host_memory) {
+        sluice_set_error("MTP drafting runs on the CPU backend only");
+        return -1;
+    }
+    if (pos < 1 || n_draft < 0 || pos - 1 + n_draft > st->n_ctx) {
+        sluice_set_error("mtp: cannot draft %d tokens at position %d", n_draft, pos);
+        return -1;
+    }
+    const size_t W = (size_t)q->hc * m->hp.n_embd;
+    const float *h = xs->mtp_h + (size_t)xs->mtp_pend * W; /* the trunk at pos - 1 */
+    int32_t tok = next;
+    for (int j = 0; j < n_draft; j++) {
+        if (mtp_forward(m, st, be, h, &tok, 1, pos - 1 + j, xs->mtp_logits) != 0) return -1;
+        drafts[j] = tok = argmax_f(xs->mtp_logits, m->hp.n_vocab);
+        if (j + 1 < n_draft) { /* the block's own residual is the next draft's hidden */
+            be_copy_rows(be, xs->mtp_chain, W, xs->mtp_x, W, 1, (int)W);
+            h = xs->mtp_chain;
+        }
+    }
+    return 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+int mtp_spec_begin(const sluice_model *m, model_state *st, const int32_t *tokens, int n) {
+    q4x_state *xs = q4x_state_of(st);
+    struct hybrid_state *H = st->hybrid;
+    (void)m;
+    if (!xs->ck_tokens || n < 1 || n > xs->ck_cap) {
+        sluice_set_error("spec: a verification pass of %d tokens exceeds the %d checkpoints", n,
+                         xs->ck_cap);
+        return -1;
+    }
+    H->ck_n = xs->ck_n = n;
+    memcpy(xs->ck_tokens, tokens, (size_t)n * sizeof *tokens);
+    memcpy(xs->ck_prev, xs->prev, sizeof xs->prev);
+    xs->ck_n_prev = xs->n_prev;
+    return 0;
+}
+
+int mtp_spec_keep(const sluice_model *m, model_state *st, int keep) {
+    const q4x_model *q = q4x_of(m);
+    q4x_state *xs = q4x_state_of(st);
+    struct hybrid_state *H = st->hybrid;
+    backend *be = st->be;
+    const int n = xs->ck_n;
+    H->ck_n = xs->ck_n = 0;
+    if (n < 1 || keep < 1 || keep > n) {
+        sluice_set_error("spec: keep %d of a pass of %d tokens", keep, n);
+        return -1;
+    }
+    if (keep == n) return 0; /* the state is already after the last token */
+    const size_t t = (size_t)keep - 1;
+    const size_t conv = (size_t)H->n_rec * H->conv_len, ssm = (size_t)H->n_rec * H->ssm_len;
+    if (conv) be_copy_rows(be, H->conv, conv, H->ck_conv + t * conv, conv, 1, (int)conv);
+    if (ssm) be_copy_rows(be, H->ssm, ssm, H->ck_ssm + t * ssm, ssm, 1, (int)ssm);
+    if (xs->ple_hist)
+        be_copy_rows(be, xs->ple_hist, xs->ple_hist_len, xs->ck_ple + t * xs->ple_hist_len,
+                     xs->ple_hist_len, 1, (int)xs->ple_hist_len);
+    memcpy(xs->prev, xs->ck_prev, sizeof xs->prev);
+    xs->n_prev = xs->ck_n_prev;
+    if (q->ple_layer >= 0) ngram_advance(q, xs, xs->ck_tokens, keep);
+    xs->mtp_pend = keep; /* mtp_h row of the last kept position */
+    return 0;
+}
