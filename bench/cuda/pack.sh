@@ -7,7 +7,7 @@
 #   bench/cuda/pack.sh [FIXTURE...]       fixture names from ../shared/fixtures/models to carry
 #   LLAMA=DIR bench/cuda/pack.sh ...      also carry a llama.cpp CUDA build (DIR/bin)
 #
-# Output: .devcarry/bin.tar.xz (sluice, test_cuda, libs), .devcarry/fixtures/ (models and their
+# Output: .devcarry/bin.tar.xz (sluice, test_cuda, test_ep, libs), .devcarry/fixtures/ (models and their
 # golden prompt ids), .devcarry/llama.tar.xz. The binaries embed stories260K as the default
 # model (the checkout's default model is far larger than what a call may carry).
 set -euo pipefail
@@ -17,10 +17,10 @@ grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .g
 B=build-cuda-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
 sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $B/default_model.S
-cmake --build $B -j2 --target sluice test_cuda >/dev/null
+cmake --build $B -j2 --target sluice test_cuda test_ep >/dev/null
 rm -rf .devcarry/stage .devcarry/fixtures && mkdir -p .devcarry/stage/lib .devcarry/fixtures
-cp $B/sluice $B/tests/test_cuda .devcarry/stage/
-strip .devcarry/stage/sluice .devcarry/stage/test_cuda
+cp $B/sluice $B/tests/test_cuda $B/tests/test_ep .devcarry/stage/
+strip .devcarry/stage/sluice .devcarry/stage/test_cuda .devcarry/stage/test_ep
 for l in libmicrohttpd.so.12 libjansson.so.4 liburing.so.2 libpcre2-8.so.0; do
   cp -L /lib/x86_64-linux-gnu/$l .devcarry/stage/lib/
 done

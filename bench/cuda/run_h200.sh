@@ -2,7 +2,7 @@
 # Everything the CUDA backend needs from the GPU machine, in one call of the device tool
 # (`run`), from the repository root, with .devcarry/ carried (bench/cuda/pack.sh made it):
 #
-#   bench/cuda/run_h200.sh [STAGES]      STAGES: comma-separated (default: env,synth,test,mini)
+#   bench/cuda/run_h200.sh [STAGES]      STAGES: comma-separated (default: env,synth,test,ep,mini)
 #
 #   env       machine, driver, libraries
 #   synth     synthetic models into /tmp/models in the background: tiny ones of every type mix,
@@ -12,6 +12,10 @@
 #             (tests/data, stories260K, .devcarry/fixtures; one process each): GPU vs CPU logits
 #             and the GPU's bit-identity across resident / streamed / cache sizes / graphs.
 #             A failure of the ops check turns the warp router off for the stages after it
+#   ep        tests/gpu/test_ep: expert parallelism over NCCL on one rank (docs/multi-gpu.md):
+#             the device dispatch plan vs the CPU's, the EP moe_experts vs the plain op, and
+#             the tiny fixtures with and without --gpus 1, all bit for bit. NCCL is opened at
+#             run time: SLUICE_NCCL_LIB, else the first libnccl.so.2 found (PyTorch's wheel)
 #   tsynth    test_cuda --quick on each tiny synthetic model (every type mix)
 #   mini      qwen35moe-mini: bench with and without graphs, an eager per-op profile
 #   sanitize  compute-sanitizer memcheck: the ops, and one model with every store mode
@@ -31,7 +35,7 @@ ROOT=$(pwd)
 OUT=${OUT:-/tmp/out}
 W=/tmp/sl
 mkdir -p "$OUT" "$W" /tmp/models
-STAGES=${1:-env,synth,test,mini}
+STAGES=${1:-env,synth,test,ep,mini}
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/summary.txt"; }
@@ -105,6 +109,21 @@ if has test; then
     say "test_cuda $(basename "$f"): rc=$rc"
   done
   grep -aE "^FAIL|GPU vs CPU|^== [a-z]" "$OUT/test_cuda.log" | head -90 >> "$OUT/summary.txt"
+fi
+
+if has ep; then
+  if [ -z "${SLUICE_NCCL_LIB:-}" ]; then
+    NL=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+    [ -n "$NL" ] || NL=$(find /opt /usr /usr/local -name 'libnccl.so.2' 2>/dev/null | head -1)
+    [ -n "$NL" ] && export SLUICE_NCCL_LIB=$NL
+  fi
+  say "ep: NCCL library ${SLUICE_NCCL_LIB:-not found}"
+  timeout 300 "$W/test_ep" tests/data/qwen3moe-tiny-Q4_K_M.gguf tests/data/qwen35moe-tiny-Q4_K_M.gguf \
+    > "$OUT/test_ep.log" 2>&1
+  rc=$?
+  say "test_ep: rc=$rc (0 pass, 1 fail, 2 no NCCL, 77 no GPU); $(tail -1 "$OUT/test_ep.log")"
+  grep -aE "^FAIL|DIFFER|EP unavailable|NCCL|expert parallelism|CUDA error|graph capture" "$OUT/test_ep.log" | head -40 >> "$OUT/summary.txt"
+  grep -acE "identical" "$OUT/test_ep.log" | sed 's/^/ep: identical results: /' >> "$OUT/summary.txt"
 fi
 
 if has tsynth; then
