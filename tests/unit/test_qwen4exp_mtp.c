@@ -1,0 +1,424 @@
+/* qwen4exp MTP speculative decoding, on a tiny qwen4exp synthesized with its MTP block:
+ *
+ * 1. Loading: without params.mtp the block is ignored (no MTP, the plan's expert floor counts
+ *    the trunk's layers only); with it the floor counts the block's layer too; a file without
+ *    the block refuses params.mtp.
+ * 2. The MTP block forward (three positions in one batch, from given trunk residuals and next
+ *    tokens) against a plain double-precision reference written here from the spec's equations:
+ *    the logits and the exported residual within 1e-5 of the largest reference magnitude. F32
+ *    weights: the engine's float sums differ from the double ones by rounding only (~1e-7 per
+ *    operation, a few dozen operations deep), while any wrong formula gives O(1) differences.
+ * 3. Speculative decoding equals plain greedy decoding bit for bit (tokens and every logit row)
+ *    for 1, 2 and 3 drafts, resident and streamed (a cache at the floor), 1 and 2 threads, with
+ *    the QSA budget lowered so block selection engages and a prompt split into chunks. With the
+ *    MTP block's own (random) drafts almost nothing is accepted, so a test hook also proposes
+ *    the true greedy tokens (everything accepted) and the true tokens with every fourth one
+ *    wrong (multi-token accept followed by the rollback of the rest). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engine/session_internal.h"
+#include "models/qwen4exp.h"
+#include "sluice.h"
+#include "tools/synth.h"
+
+#define OVR "qwen4exp.attention.indexer.top_k=int:8"
+#define N_PROMPT 21
+#define N_GEN 24
+
+static char g_path[4096], g_plain[4096];
+
+static sluice_model *load(const char *path, int mtp, sluice_mode mode, int cache_experts) {
+    static const char *ov[1] = {OVR};
+    sluice_model_params mp = {.override_kv = ov, .n_override_kv = 1, .n_ctx = 128, .mtp = mtp,
+                              .mode = mode, .cache_experts = cache_experts, .n_batch = 8};
+    return sluice_model_load(path, &mp);
+}
+
+static int floor_slots(const sluice_model *m) {
+    char buf[8192];
+    sluice_model_plan(m, true, buf, sizeof buf);
+    const char *p = strstr(buf, "\"floor_slots\":");
+    return p ? atoi(p + 14) : -1;
+}
+
+/* ---- the scalar reference of the MTP block ------------------------------------------------- */
+
+static const float *F(const tview *t) { return (const float *)t->data; }
+
+/* y[r] = sum_i W[r][i] x[i] for a [in -> out] F32 view */
+static void mv(const tview *w, const double *x, double *y) {
+    const int64_t in = w->ne[0], out = w->ne[1];
+    const float *d = F(w);
+    for (int64_t r = 0; r < out; r++) {
+        double s = 0;
+        for (int64_t i = 0; i < in; i++) s += (double)d[r * in + i] * x[i];
+        y[r] = s;
+    }
+}
+
+static void rms(const double *x, const float *w, int n, double eps, double *y) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    const double r = 1.0 / sqrt(s / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * (w ? w[i] : 1.0);
+}
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double silu(double x) { return x * sigm(x); }
+
+/* hyper-connection read of the wide x [hc][E]: out [E], inject [hc] (when the module has it) */
+static void ref_hc_read(const q4x_hc *h, int hc, int E, int R, double eps, const double *x,
+                        double *out, double *inject) {
+    const int W = hc * E;
+    double *xn = malloc(sizeof(double) * (size_t)W), *g = malloc(sizeof(double) * (size_t)W);
+    double *lo = malloc(sizeof(double) * (size_t)R);
+    for (int s = 0; s < hc; s++) rms(x + s * E, F(&h->norm) + s * E, E, eps, xn + s * E);
+    mv(&h->down, xn, lo);
+    for (int i = 0; i < R; i++) lo[i] = silu(lo[i] / hc);
+    mv(&h->up, lo, g);
+    for (int i = 0; i < E; i++) {
+        double s = 0;
+        for (int k = 0; k < hc; k++) s += xn[k * E + i] * sigm(g[k * E + i]);
+        out[i] = s / hc;
+    }
+    if (inject && h->inject.data) mv(&h->inject, xn, inject);
+    free(xn);
+    free(g);
+    free(lo);
+}
+
+static void ref_hc_write(double *x, const double *out, const double *inject, int hc, int E) {
+    for (int s = 0; s < hc; s++) {
+        const double w = 2.0 * sigm(inject[s] / hc);
+        for (int i = 0; i < E; i++) x[s * E + i] += w * out[i];
+    }
+}
+
+static void rope_neox(double *v, int n_rot, int pos, double base) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        const double th = pos * pow(base, -2.0 * i / n_rot);
+        const double a = v[i], b = v[i + n_rot / 2];
+        v[i] = a * cos(th) - b * sin(th);
+        v[i + n_rot / 2] = a * sin(th) + b * cos(th);
+    }
+}
+
+static void swiglu_ffn(const tview *gate, const tview *up, const tview *down, const double *x,
+                       double *y) {
+    const int64_t Fw = gate->ne[1];
+    double *a = malloc(sizeof(double) * (size_t)Fw), *b = malloc(sizeof(double) * (size_t)Fw);
+    mv(gate, x, a);
+    mv(up, x, b);
+    for (int64_t i = 0; i < Fw; i++) a[i] = silu(a[i]) * b[i];
+    mv(down, a, y);
+    free(a);
+    free(b);
+}
+
+/* The block over n positions 0..n-1 (fresh KV) with trunk rows h [n][W] and next tokens. */
+static void ref_mtp(const sluice_model *m, const double *h, const int32_t *next, int n,
+                    double *logits, double *xout) {
+    const hparams *hp = &m->hp;
+    const q4x_model *q = q4x_of(m);
+    const int E = hp->n_embd, hc = q->hc, W = hc * E, L = hp->n_layer, R = q->hc_rank;
+    const int H = hp->n_head, KV = hp->n_head_kv, hd = hp->head_dim_k, V = hp->n_vocab;
+    const double eps = hp->rms_eps;
+    const layer_weights *Lw = &m->layers[L];
+    const q4x_layer *X = &q->layers[L];
+    double *x = calloc((size_t)n * W, sizeof(double));
+    double *kc = calloc((size_t)n * KV * hd, sizeof(double)), *vc = calloc((size_t)n * KV * hd, sizeof(double));
+    double *cat = malloc(sizeof(double) * 2 * (size_t)E), *e = malloc(sizeof(double) * (size_t)E);
+    double *cur = malloc(sizeof(double) * (size_t)E), *o = malloc(sizeof(double) * (size_t)E);
+    double *inj = malloc(sizeof(double) * (size_t)hc);
+    double *qg = malloc(sizeof(double) * 2 * (size_t)H * hd), *att = malloc(sizeof(double) * (size_t)H * hd);
+    double *kk = malloc(sizeof(double) * (size_t)KV * hd);
+    double *probs = malloc(sizeof(double) * (size_t)hp->n_expert), *y = malloc(sizeof(double) * (size_t)E);
+    double *sc = malloc(sizeof(double) * (size_t)n);
+    for (int t = 0; t < n; t++) {
+        double *xt = x + (size_t)t * W;
+        /* input: eh_proj [enorm(e) | hnorm(h_s)] per stream */
+        const float *emb = F(&m->tok_embd) + (size_t)next[t] * E;
+        for (int i = 0; i < E; i++) e[i] = emb[i];
+        rms(e, F(&q->mtp_enorm), E, eps, cat);
+        for (int s = 0; s < hc; s++) {
+            rms(h + (size_t)t * W + s * E, F(&q->mtp_hnorm) + s * E, E, eps, cat + E);
+            mv(&q->mtp_eh_proj, cat, xt + s * E);
+        }
+        /* attention (dense, causal over the block's own KV) */
+        ref_hc_read(&X->attn, hc, E, R, eps, xt, cur, inj);
+        mv(&Lw->wq, cur, qg);
+        mv(&Lw->wk, cur, kk);
+        mv(&Lw->wv, cur, vc + (size_t)t * KV * hd);
+        for (int k = 0; k < KV; k++) {
+            rms(kk + k * hd, F(&Lw->k_norm), hd, eps, kc + ((size_t)t * KV + k) * hd);
+            rope_neox(kc + ((size_t)t * KV + k) * hd, hp->n_rot, t, hp->rope_base);
+        }
+        for (int hh = 0; hh < H; hh++) {
+            double qv[1024];
+            rms(qg + (size_t)hh * 2 * hd, F(&Lw->q_norm), hd, eps, qv);
+            rope_neox(qv, hp->n_rot, t, hp->rope_base);
+            const int k = hh / (H / KV);
+            double mx = -1e300, z = 0;
+            for (int j = 0; j <= t; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += qv[i] * kc[((size_t)j * KV + k) * hd + i];
+                sc[j] = d / sqrt((double)hd);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j <= t; j++) z += (sc[j] = exp(sc[j] - mx));
+            for (int i = 0; i < hd; i++) {
+                double a = 0;
+                for (int j = 0; j <= t; j++) a += sc[j] / z * vc[((size_t)j * KV + k) * hd + i];
+                att[hh * hd + i] = a * sigm(qg[(size_t)hh * 2 * hd + hd + i]);
+            }
+        }
+        mv(&Lw->wo, att, o);
+        ref_hc_write(xt, o, inj, hc, E);
+        /* MoE: softmax router, top-k renormalized, SwiGLU experts, sigmoid-gated shared */
+        ref_hc_read(&X->ffn, hc, E, R, eps, xt, cur, inj);
+        mv(&Lw->ffn_gate_inp, cur, probs);
+        double mx = -1e300, z = 0;
+        for (int i = 0; i < hp->n_expert; i++) mx = probs[i] > mx ? probs[i] : mx;
+        for (int i = 0; i < hp->n_expert; i++) z += (probs[i] = exp(probs[i] - mx));
+        for (int i = 0; i < hp->n_expert; i++) probs[i] /= z;
+        int top[64];
+        double wsum = 0;
+        for (int k = 0; k < hp->n_expert_used; k++) {
+            int b = -1;
+            for (int i = 0; i < hp->n_expert; i++) {
+                bool used = false;
+                for (int j = 0; j < k; j++) used |= top[j] == i;
+                if (!used && (b < 0 || probs[i] > probs[b])) b = i;
+            }
+            top[k] = b;
+            wsum += probs[b];
+        }
+        for (int i = 0; i < E; i++) o[i] = 0;
+        for (int k = 0; k < hp->n_expert_used; k++) {
+            expert_views ev;
+            CHECK(expert_acquire(m->experts, L, top[k], &ev) == 0);
+            swiglu_ffn(&ev.gate, &ev.up, &ev.down, cur, y);
+            expert_release(m->experts, L, top[k]);
+            const double w = hp->norm_topk ? probs[top[k]] / wsum : probs[top[k]];
+            for (int i = 0; i < E; i++) o[i] += w * y[i];
+        }
+        swiglu_ffn(&Lw->ffn_gate_shexp, &Lw->ffn_up_shexp, &Lw->ffn_down_shexp, cur, y);
+        double g = 0;
+        for (int i = 0; i < E; i++) g += (double)F(&Lw->ffn_gate_inp_shexp)[i] * cur[i];
+        for (int i = 0; i < E; i++) o[i] += sigm(g) * y[i];
+        ref_hc_write(xt, o, inj, hc, E);
+        /* its own mixer, the shared head */
+        ref_hc_read(&q->mtp_head, hc, E, R, eps, xt, cur, NULL);
+        mv(&m->output, cur, logits + (size_t)t * V);
+        memcpy(xout + (size_t)t * W, xt, sizeof(double) * (size_t)W);
+    }
+    free(x), free(kc), free(vc), free(cat), free(e), free(cur), free(o), free(inj), free(qg);
+    free(att), free(kk), free(probs), free(y), free(sc);
+}
+
+static double rel_err(const float *a, const double *ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - ref[i]));
+        mr = fmax(mr, fabs(ref[i]));
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+static void test_forward(void) {
+    sluice_model *m = load(g_path, 1, SLUICE_MODE_RESIDENT, 0);
+    CHECKF(m != NULL, "%s", sluice_last_error());
+    if (!m) return;
+    const q4x_model *q = q4x_of(m);
+    const int E = m->hp.n_embd, W = q->hc * E, V = m->hp.n_vocab, n = 3;
+    sluice_session_params sp = {.n_ctx = 16, .n_batch = 8, .n_threads = 2};
+    sluice_session *s = sluice_session_new(m, &sp);
+    CHECKF(s != NULL, "%s", sluice_last_error());
+    if (!s) {
+        sluice_model_free(m);
+        return;
+    }
+    model_state *st = session_model_state(s);
+    backend *be = session_backend(s);
+    float *h = malloc(sizeof(float) * (size_t)n * W), *lg = malloc(sizeof(float) * (size_t)n * V);
+    double *hd = malloc(sizeof(double) * (size_t)n * W);
+    double *rl = malloc(sizeof(double) * (size_t)n * V), *rx = malloc(sizeof(double) * (size_t)n * W);
+    uint32_t r = 12345;
+    for (int i = 0; i < n * W; i++) {
+        r = r * 1664525u + 1013904223u;
+        hd[i] = h[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * 4.0f;
+    }
+    const int32_t next[3] = {17, 901, 1500};
+    CHECK(mtp_forward(m, st, be, h, next, n, 0, lg) == 0);
+    ref_mtp(m, hd, next, n, rl, rx);
+    const double el = rel_err(lg, rl, (size_t)n * V);
+    const double ex = rel_err(q4x_state_of(st)->mtp_x, rx, (size_t)n * W);
+    printf("MTP forward vs double reference: logits %.2e, residual %.2e (relative to the max)\n",
+           el, ex);
+    CHECKF(el < 1e-5 && ex < 1e-5, "logits %.3e residual %.3e", el, ex);
+    free(h), free(lg), free(hd), free(rl), free(rx);
+    sluice_session_free(s);
+    sluice_model_free(m);
+}
+
+/* ---- speculative decoding == greedy ------------------------------------------------------- */
+
+static int32_t g_prompt[N_PROMPT];
+static int32_t g_seq[N_PROMPT + N_GEN + 1]; /* prompt, then the greedy tokens */
+static float *g_rows;                      /* [N_GEN + 1][V]: L0 (prompt) .. L_N_GEN */
+static int g_V;
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void plain_greedy(void) {
+    sluice_model *m = load(g_plain, 0, SLUICE_MODE_RESIDENT, 0);
+    CHECKF(m != NULL, "%s", sluice_last_error());
+    if (!m) return;
+    g_V = m->hp.n_vocab;
+    g_rows = malloc(sizeof(float) * (size_t)(N_GEN + 1) * g_V);
+    sluice_session_params sp = {.n_ctx = 64, .n_batch = 1, .n_threads = 1};
+    sluice_session *s = sluice_session_new(m, &sp);
+    CHECK(s && sluice_session_eval(s, g_prompt, N_PROMPT, NULL) == 0);
+    memcpy(g_seq, g_prompt, sizeof g_prompt);
+    for (int i = 0; s && i <= N_GEN; i++) {
+        memcpy(g_rows + (size_t)i * g_V, sluice_session_logits(s), sizeof(float) * (size_t)g_V);
+        g_seq[N_PROMPT + i] = argmax(sluice_session_logits(s), g_V);
+        if (i < N_GEN) CHECK(sluice_session_eval(s, &g_seq[N_PROMPT + i], 1, NULL) == 0);
+    }
+    sluice_session_free(s);
+    sluice_model_free(m);
+}
+
+typedef struct oracle {
+    int every; /* 0: always the true token; k: every k-th position wrong */
+} oracle;
+
+static int32_t hook(void *ctx, int pos, int32_t proposed) {
+    const oracle *o = ctx;
+    if (pos >= N_PROMPT + N_GEN) return proposed;
+    const int32_t t = g_seq[pos];
+    return o->every && pos % o->every == 0 ? (t + 1) % g_V : t;
+}
+
+/* One speculative run: its tokens and rows must equal the plain run's. */
+static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const char *label) {
+    sluice_session_params sp = {.n_ctx = 64, .n_batch = 8, .n_threads = threads};
+    sluice_session *s = sluice_session_new(m, &sp);
+    CHECKF(s != NULL, "%s", sluice_last_error());
+    if (!s) return;
+    if (o) sluice_session_set_draft_hook(s, hook, o);
+    float *rows = malloc(sizeof(float) * (size_t)(N_GEN + 1) * g_V);
+    int32_t fed[8];
+    sluice_spec_stats ss = {0};
+    bool ok = sluice_session_eval(s, g_prompt, N_PROMPT, NULL) == 0 &&
+              memcmp(sluice_session_logits(s), g_rows, sizeof(float) * (size_t)g_V) == 0;
+    int done = 0;
+    while (ok && done < N_GEN) {
+        const int k = sluice_session_spec_step(s, n_draft, N_GEN - done, fed,
+                                               rows + (size_t)(done + 1) * g_V, &ss);
+        if (k < 1) {
+            fprintf(stderr, "%s: %s\n", label, sluice_last_error());
+            ok = false;
+            break;
+        }
+        for (int j = 0; j < k; j++) ok = ok && fed[j] == g_seq[N_PROMPT + done + j];
+        done += k;
+    }
+    ok = ok && done == N_GEN && sluice_session_pos(s) == N_PROMPT + N_GEN &&
+         memcmp(rows + g_V, g_rows + g_V, sizeof(float) * (size_t)N_GEN * g_V) == 0 &&
+         argmax(sluice_session_logits(s), g_V) == g_seq[N_PROMPT + N_GEN];
+    printf("%-34s drafts %d threads %d: %2llu steps, %2llu/%2llu accepted: %s\n", label, n_draft,
+           threads, (unsigned long long)ss.steps, (unsigned long long)ss.accepted,
+           (unsigned long long)ss.drafted, ok ? "identical" : "DIFFERENT");
+    CHECKF(ok, "%s, %d drafts, %d threads", label, n_draft, threads);
+    if (o && o->every == 0)
+        CHECKF(ss.accepted == ss.drafted && ss.accepted > 0, "oracle: %llu of %llu accepted",
+               (unsigned long long)ss.accepted, (unsigned long long)ss.drafted);
+    if (o && o->every && n_draft > 1)
+        CHECKF(ss.accepted > 0 && ss.accepted < ss.drafted, "partial: %llu of %llu",
+               (unsigned long long)ss.accepted, (unsigned long long)ss.drafted);
+    free(rows);
+    sluice_session_free(s);
+}
+
+int main(void) {
+    char err[512];
+    snprintf(g_path, sizeof g_path, "%s/mtp-qwen4exp-tiny-F32.gguf", SLUICE_TEST_WORK);
+    snprintf(g_plain, sizeof g_plain, "%s/nomtp-qwen4exp-tiny-F32.gguf", SLUICE_TEST_WORK);
+    synth_options o = {.preset = "qwen4exp-tiny", .type = "F32", .out = g_path, .seed = 5,
+                       .mtp = true};
+    CHECKF(synth_run(&o, NULL, err, sizeof err) == 0, "%s", err);
+    synth_options o2 = o;
+    o2.out = g_plain;
+    o2.mtp = false;
+    CHECKF(synth_run(&o2, NULL, err, sizeof err) == 0, "%s", err);
+    if (check_failures) CHECK_DONE();
+
+    /* 1. loading and the plan */
+    sluice_model *m0 = load(g_path, 0, SLUICE_MODE_AUTO, 0);
+    sluice_model *m1 = load(g_path, 3, SLUICE_MODE_AUTO, 0);
+    sluice_model *mp = load(g_plain, 0, SLUICE_MODE_AUTO, 0);
+    CHECKF(m0 && m1 && mp, "%s", sluice_last_error());
+    if (m0 && m1 && mp) {
+        const int k = m0->hp.n_expert_used, L = m0->hp.n_layer;
+        CHECK(sluice_model_mtp_blocks(m0) == 0 && sluice_model_mtp_blocks(m1) == 1);
+        CHECKF(floor_slots(m0) == L * k + 1 && floor_slots(mp) == L * k + 1 &&
+                   floor_slots(m1) == (L + 1) * k + 1,
+               "floors %d %d %d", floor_slots(m0), floor_slots(mp), floor_slots(m1));
+        sluice_session *s = sluice_session_new(m0, NULL);
+        int32_t fed[4];
+        CHECK(s && sluice_session_eval(s, (int32_t[]){1, 2}, 2, NULL) == 0 &&
+              sluice_session_spec_step(s, 2, 4, fed, NULL, NULL) < 0);
+        sluice_session_free(s);
+    }
+    sluice_model_free(m0);
+    sluice_model_free(m1);
+    sluice_model_free(mp);
+    sluice_model *bad = load(g_plain, 2, SLUICE_MODE_AUTO, 0);
+    CHECK(bad == NULL && strstr(sluice_last_error(), "no MTP block"));
+    sluice_model_free(bad);
+
+    /* 2. the block's forward */
+    test_forward();
+
+    /* 3. speculative == greedy */
+    uint32_t r = 99;
+    for (int i = 0; i < N_PROMPT; i++) {
+        r = r * 1103515245u + 12345u;
+        g_prompt[i] = (int32_t)((r >> 8) % 2000u);
+    }
+    plain_greedy();
+    if (!g_rows) CHECK_DONE();
+    for (int mode = 0; mode < 2; mode++) {
+        sluice_model *probe = load(g_path, 3, SLUICE_MODE_AUTO, 0);
+        const int fl = probe ? floor_slots(probe) : 0;
+        sluice_model_free(probe);
+        sluice_model *m = mode ? load(g_path, 3, SLUICE_MODE_STREAM, fl)
+                               : load(g_path, 3, SLUICE_MODE_RESIDENT, 0);
+        CHECKF(m != NULL, "%s", sluice_last_error());
+        if (!m) continue;
+        const char *lab = mode ? "streamed (cache at the floor)" : "resident";
+        for (int n = 1; n <= 3; n++)
+            for (int t = 1; t <= 2; t++) spec_run(m, n, t, NULL, lab);
+        oracle all = {0}, fourth = {4};
+        for (int n = 1; n <= 3; n++) {
+            char l[96];
+            snprintf(l, sizeof l, "%s, true drafts", lab);
+            spec_run(m, n, 2, &all, l);
+            snprintf(l, sizeof l, "%s, every 4th draft wrong", lab);
+            spec_run(m, n, 1 + (n & 1), &fourth, l);
+        }
+        sluice_model_free(m);
+    }
+    free(g_rows);
+    CHECK_DONE();
+}
