@@ -46,6 +46,10 @@ bool mtp_load(sluice_model *m, char *err, size_t n) {
                  m->arch_name);
         return false;
     }
+    if (m->params.backend != SLUICE_BACKEND_CPU) {
+        snprintf(err, n, "MTP speculative decoding runs on the CPU backend only");
+        return false;
+    }
     if (!m->layout.layers || m->layout.n_layer <= L || !m->layout.layers[L].present) {
         snprintf(err, n, "the MTP block (layer %d) has no routed experts", L);
         return false;
