@@ -7,9 +7,14 @@
  *     values that land exactly on rounding ties, zero blocks, repeated maxima of both signs;
  *   - every tile kernel: each output equals the single-row reference dot;
  *   - the attention kernel against its scalar definition (kernel_attn_ref);
- *   - kernel_dot_f32 and the Gated DeltaNet state passes against theirs.
+ *   - kernel_dot_f32 and the Gated DeltaNet state passes against theirs;
+ *   - after every vector kernel, the upper halves of the vector registers are clean (XINUSE):
+ *     a kernel that returns with dirty upper state makes every later SSE instruction of the
+ *     process pay a transition penalty (measured here: legacy-SSE code 54x slower).
  * Prints how many comparisons ran per level. */
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,35 @@
 #include "backends/cpu/kernels.h"
 #include "check.h"
 #include "formats/quant.h"
+
+/* XGETBV(1) reads XINUSE: bit 2 is the upper 128 bits of ymm0-15, bit 6 the upper 256 bits of
+ * zmm0-15 (zmm16-31, bit 7, are out of reach of legacy SSE code and do not matter). */
+static bool xinuse_ok;
+
+static void xinuse_init(void) {
+#if defined(__x86_64__)
+    uint32_t a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!(c & (1u << 27))) return; /* OSXSAVE */
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(1));
+    xinuse_ok = (a >> 2) & 1;
+#endif
+}
+
+static bool upper_dirty(void) {
+#if defined(__x86_64__)
+    if (!xinuse_ok) return false;
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+    return (lo & 0x44u) != 0;
+#else
+    return false;
+#endif
+}
+
+#define CHECK_CLEAN(isa, what, name)                                                              \
+    CHECKF(!upper_dirty(), "%s %s %s returns with dirty upper vector state (no vzeroupper)",     \
+           kernel_isa_name(isa), what, name)
 
 typedef struct rng {
     uint64_t s;
@@ -122,6 +156,7 @@ static void check_dots(rng *r, kernel_isa isa) {
                 rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
                 at->quantize(x, a, n);
                 float ref = t->dot(n, w, a), got = fast(n, w, a);
+                CHECK_CLEAN(isa, "dot", t->name);
                 n_checks++;
                 CHECKF(fbits(ref) == fbits(got) || (isnan(ref) && isnan(got)),
                        "%s %s n=%lld: kernel %.9g (0x%08x) vs reference %.9g (0x%08x)",
@@ -146,7 +181,9 @@ static void check_dots(rng *r, kernel_isa isa) {
             int mid = (toks + 15) / 16 / 2 * 16;
             tile->pack(n, a, as, toks, 0, mid, packed);
             tile->pack(n, a, as, toks, mid, toks, packed);
+            CHECK_CLEAN(isa, "tile pack", t->name);
             tile->run(n, w, ws, rows, packed, toks, out, 16);
+            CHECK_CLEAN(isa, "tile run", t->name);
             for (int i = 0; i < rows; i++)
                 for (int k = 0; k < toks; k++) {
                     float ref = t->dot(n, w + i * ws, a + k * as), got = out[k * 16 + i];
@@ -197,6 +234,7 @@ static void check_encoders(rng *r, kernel_isa isa) {
             memset(got, 0xcd, bytes);
             t->quantize(x, ref, n);
             fast(x, got, n);
+            CHECK_CLEAN(isa, "encoder", t->name);
             n_checks++;
             size_t first = bytes;
             for (size_t i = 0; i < bytes && first == bytes; i++)
@@ -225,6 +263,7 @@ static void check_attention(rng *r, kernel_isa isa) {
         float scale = 1.0f / sqrtf((float)hd);
         kernel_attn_ref(q, (size_t)hd, g, k, ks, v, ks, n_kv, hd, hd, scale, ref, (size_t)hd, work);
         fn(q, (size_t)hd, g, k, ks, v, ks, n_kv, hd, hd, scale, got, (size_t)hd, work);
+        CHECK_CLEAN(isa, "attention", hd == 8 ? "hd 8" : "hd >= 16");
         n_checks++;
         int bad = -1;
         for (int i = 0; i < g * hd && bad < 0; i++)
@@ -257,17 +296,23 @@ static void check_f32_passes(rng *r, kernel_isa isa) {
         }
         float x = rnd_unit(r);
         n_checks += 3;
-        CHECKF(fbits(kernel_dot_f32(n, a, b)) == fbits(kernel_dot_f32_ref(n, a, b)), "%s dot_f32 n=%d", kernel_isa_name(isa), n);
+        const float df = kernel_dot_f32(n, a, b);
+        CHECK_CLEAN(isa, "dot_f32", "");
+        CHECKF(fbits(df) == fbits(kernel_dot_f32_ref(n, a, b)), "%s dot_f32 n=%d", kernel_isa_name(isa), n);
         float d1 = kernel_decay_dot_ref(n, s1, x, a), d2 = decay(n, s2, x, a);
+        CHECK_CLEAN(isa, "gdn", "decay_dot");
         CHECKF(fbits(d1) == fbits(d2) && !memcmp(s1, s2, sizeof(float) * (size_t)n), "%s decay_dot n=%d", kernel_isa_name(isa), n);
         float u1 = kernel_update_dot_ref(n, s1, x, b, c), u2 = update(n, s2, x, b, c);
+        CHECK_CLEAN(isa, "gdn", "update_dot");
         CHECKF(fbits(u1) == fbits(u2) && !memcmp(s1, s2, sizeof(float) * (size_t)n), "%s update_dot n=%d", kernel_isa_name(isa), n);
     }
 }
 
 int main(void) {
+    xinuse_init();
     kernel_isa best = kernel_isa_best();
-    printf("best level: %s, AMX %s\n", kernel_isa_name(best), kernel_amx_usable() ? "usable" : "not usable");
+    printf("best level: %s, AMX %s, upper-state check %s\n", kernel_isa_name(best),
+           kernel_amx_usable() ? "usable" : "not usable", xinuse_ok ? "on (XINUSE)" : "off");
     for (int l = 0; l <= (int)best; l++) {
         kernel_isa isa = kernel_isa_force((kernel_isa)l);
         CHECK(isa == (kernel_isa)l);
