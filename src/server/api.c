@@ -87,6 +87,19 @@ static int bad(api_error *e, const char *param, const char *fmt, ...) {
     return -1;
 }
 
+/* Client text quoted in an error message: at most cap - 1 bytes, whole characters, control
+ * characters as '?', so that the message stays one line (found by tests/fuzz/fuzz_server.c: a
+ * newline in a role, or in the text jansson quotes from malformed JSON, split it). */
+static const char *quote(const char *s, char *out, size_t cap) {
+    size_t n = strlen(s) < cap - 1 ? strlen(s) : cap - 1;
+    memcpy(out, s, n);
+    n = text_utf8_complete_prefix(out, n);
+    out[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f) out[i] = '?';
+    return out;
+}
+
 static int get_bool(json_t *root, const char *key, bool *out, api_error *e) {
     json_t *v = field(root, key);
     if (!v) return 0;
@@ -249,9 +262,11 @@ static int parse_messages(json_t *root, gen_request *r, api_error *e) {
         else if (strcmp(rs, "user") == 0) cr = ROLE_USER;
         else if (strcmp(rs, "assistant") == 0) cr = ROLE_ASSISTANT;
         else if (strcmp(rs, "tool") == 0) cr = ROLE_TOOL;
-        else
-            return bad(e, param, "unknown role '%.40s' (system, developer, user, assistant, tool)",
-                       rs);
+        else {
+            char q[41];
+            return bad(e, param, "unknown role '%s' (system, developer, user, assistant, tool)",
+                       quote(rs, q, sizeof q));
+        }
         json_t *calls = field(m, "tool_calls");
         if (calls && !(json_is_array(calls) && json_array_size(calls) == 0)) {
             snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
@@ -365,8 +380,11 @@ int api_parse_request(api_kind kind, const char *body, size_t len, const server_
     /* jansson rejects invalid UTF-8, NUL escapes, numbers out of range and nesting beyond its
      * depth limit; a body of anything but one JSON value is an error */
     json_t *root = json_loadb(body, len, 0, &je);
-    if (!root)
-        return bad(e, "", "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!root) {
+        char q[sizeof je.text];
+        return bad(e, "", "invalid JSON at line %d, column %d: %s", je.line, je.column,
+                   quote(je.text, q, sizeof q));
+    }
     int rc = json_is_object(root) ? parse_fields(root, kind, cfg, n_vocab, next_seed, r, e)
                                   : bad(e, "", "the request body must be a JSON object");
     json_decref(root);
