@@ -82,14 +82,16 @@ __global__ void __launch_bounds__(EP_PLAN_THREADS)
     if (tid == 0) offsets[R] = off;
 }
 
-/* send row j = x[perm[j] / k], send id j = ids[perm[j]] */
-__global__ void k_ep_gather(const float *x, const int32_t *ids, const int32_t *perm, int k, int width,
+/* send row j = x[perm[j] / k], send id j = ids[perm[j]] (rows strided over grid.y: a large
+ * prefill batch has more slots than a grid dimension allows) */
+__global__ void k_ep_gather(const float *x, const int32_t *ids, const int32_t *perm, int m, int k, int width,
                             float *xs, int32_t *ids_s) {
-    const int j = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const int slot = perm[j];
-    if (i < width) xs[(size_t)j * width + i] = x[(size_t)(slot / k) * width + i];
-    if (blockIdx.x == 0 && threadIdx.x == 0) ids_s[j] = ids[slot];
+    for (int j = blockIdx.y; j < m; j += gridDim.y) {
+        const int slot = perm[j];
+        if (i < width) xs[(size_t)j * width + i] = x[(size_t)(slot / k) * width + i];
+        if (blockIdx.x == 0 && threadIdx.x == 0) ids_s[j] = ids[slot];
+    }
 }
 
 /* out[t] = sum over s in slot order of y[inv[t k + s]] * w[t][s]: k_combine's arithmetic
@@ -270,8 +272,8 @@ static int ep_moe_experts(backend *b, int il, const float *x, int n, const int32
         k_ep_plan<<<1, EP_PLAN_THREADS, 0, c->stream>>>(ids + (size_t)t0 * k, m, own, R, owner, perm, inv,
                                                        counts, offsets);
         CU_LAUNCH();
-        dim3 grid(cdiv((size_t)E, 256), m);
-        k_ep_gather<<<grid, 256, 0, c->stream>>>(x + (size_t)t0 * E, ids + (size_t)t0 * k, perm, k, E, xs,
+        dim3 grid(cdiv((size_t)E, 256), m < 65535 ? m : 65535);
+        k_ep_gather<<<grid, 256, 0, c->stream>>>(x + (size_t)t0 * E, ids + (size_t)t0 * k, perm, m, k, E, xs,
                                                 ids_s);
         CU_LAUNCH();
     }
