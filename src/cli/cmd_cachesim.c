@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "runtime/ep_placement.h"
 #include "tools/cachesim.h"
 
 #define MAX_SIZES 64
@@ -61,12 +62,80 @@ static int parse_sizes(const char *s, const trace *t, int *caps, char *err, size
     return k;
 }
 
+/* --ep-ranks: slot counts per (layer, expert) from the records (every slot is one row sent to
+ * the expert's rank), the first half placing the experts (ep_place), the second half measuring
+ * the balance, against contiguous blocks of experts and against the popularity-blind placement
+ * (ep_place without counts). */
+static int ep_report(const trace *t, const char *list) {
+    const size_t cells = (size_t)t->n_layer * t->n_expert;
+    uint64_t *fit = calloc(cells, sizeof *fit), *held = calloc(cells, sizeof *held);
+    uint64_t *eb = calloc(t->n_layer, sizeof *eb);
+    int rc = 1;
+    if (!fit || !held || !eb) {
+        fprintf(stderr, "sluice cachesim: out of memory\n");
+        goto out;
+    }
+    for (size_t r = 0; r < t->n_records; r++)
+        for (uint32_t s = 0; s < t->k; s++) {
+            const size_t key = (size_t)t->layer[r] * t->n_expert + t->experts[r * t->k + s];
+            (r < t->n_records / 2 ? fit : held)[key]++;
+        }
+    for (uint32_t il = 0; il < t->n_layer; il++) eb[il] = t->expert_bytes ? t->expert_bytes : 1;
+    printf("expert-parallel balance, %zu records (placed from the first half, measured on the second):\n"
+           "largest rank's slots / mean rank's slots, mean over %u layers\n\n"
+           "| ranks | popularity (ep_place) | popularity-blind | contiguous blocks | same half (fit) |\n"
+           "|---:|---:|---:|---:|---:|\n", t->n_records, t->n_layer);
+    for (const char *p = list; *p;) {
+        char *end;
+        const long R = strtol(p, &end, 10);
+        if (end == p || R < 1 || R > EP_MAX_RANKS || R > (long)t->n_expert) {
+            fprintf(stderr, "sluice cachesim: --ep-ranks wants rank counts between 1 and %d\n", EP_MAX_RANKS);
+            rc = 2;
+            goto out;
+        }
+        char err[256];
+        ep_place_params pp = {.n_rank = (int)R, .n_layer = (int)t->n_layer, .n_expert = (int)t->n_expert,
+                              .counts = fit, .expert_bytes = eb};
+        ep_placement pop, blind, block;
+        if (ep_place(&pp, &pop, err, sizeof err) != 0) {
+            fprintf(stderr, "sluice cachesim: %s\n", err);
+            goto out;
+        }
+        pp.counts = NULL;
+        if (ep_place(&pp, &blind, err, sizeof err) != 0 || ep_place(&pp, &block, err, sizeof err) != 0) {
+            fprintf(stderr, "sluice cachesim: %s\n", err);
+            ep_placement_free(&pop);
+            goto out;
+        }
+        for (size_t i = 0; i < cells; i++) /* expert e on rank e / ceil(X / R) */
+            block.owner[i] = (int32_t)((i % t->n_expert) / ((t->n_expert + R - 1) / R));
+        printf("| %ld | %.3f | %.3f | %.3f | %.3f |\n", R, ep_imbalance(&pop, held), ep_imbalance(&blind, held),
+               ep_imbalance(&block, held), ep_imbalance(&pop, fit));
+        ep_placement_free(&pop);
+        ep_placement_free(&blind);
+        ep_placement_free(&block);
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "sluice cachesim: --ep-ranks: a comma-separated list (2,4,8)\n");
+            rc = 2;
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(fit);
+    free(held);
+    free(eb);
+    return rc;
+}
+
 int cmd_cachesim(int argc, char **argv) {
     const char *sizes = "2%,5%,10%,15%,20%,30%,40%,50%,60%,75%,90%", *svg = NULL;
     int seq = -1, n_threads = 2;
     const char *phase_s = "all";
     float pin_frac = 0.5f;
     bool csv = false, no_svg = false;
+    const char *ep_ranks = NULL;
     const cli_opt opts[] = {
         {"--sizes", NULL, OPT_STR, &sizes, "LIST", "cache sizes: slots (256), % of all experts (10%) or bytes (4G); default 2%..90%"},
         {"--svg", NULL, OPT_STR, &svg, "FILE", "plot of the curves (default TRACE.svg)"},
@@ -76,6 +145,7 @@ int cmd_cachesim(int argc, char **argv) {
         {"--pin-frac", NULL, OPT_FLOAT, &pin_frac, "F", "share of the slots pinned-hot pins (default 0.5)"},
         {"--threads", "-t", OPT_INT, &n_threads, "N", "simulation threads (default 2)"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print CSV instead of a table"},
+        {"--ep-ranks", NULL, OPT_STR, &ep_ranks, "LIST", "instead: expert-parallel load balance for these rank counts (e.g. 2,4,8), placed from the first half of the trace, measured on the second (docs/multi-gpu.md)"},
     };
     const cli_cmd cmd = {
         "cachesim", "TRACE [--sizes LIST] [--svg FILE]",
@@ -111,6 +181,11 @@ int cmd_cachesim(int argc, char **argv) {
     if (trace_load(pos[0], &t, err, sizeof err) != 0) {
         fprintf(stderr, "sluice cachesim: %s\n", err);
         return 1;
+    }
+    if (ep_ranks) {
+        rc = ep_report(&t, ep_ranks);
+        trace_free(&t);
+        return rc;
     }
     int caps[MAX_SIZES];
     int n_cap = parse_sizes(sizes, &t, caps, err, sizeof err);

@@ -135,6 +135,27 @@ void ep_counts_from_keys(const uint32_t *keys, size_t n, int n_layer, int n_expe
         if (keys[i] < lim) counts[keys[i]]++;
 }
 
+double ep_imbalance(const ep_placement *pl, const uint64_t *counts) {
+    double sum = 0;
+    int layers = 0;
+    uint64_t load[EP_MAX_RANKS];
+    for (int il = 0; il < pl->n_layer; il++) {
+        uint64_t tot = 0, mx = 0;
+        memset(load, 0, sizeof load);
+        for (int e = 0; e < pl->n_expert; e++) {
+            const int32_t o = pl->owner[(size_t)il * pl->n_expert + e];
+            if (o < 0) continue;
+            load[o] += counts[(size_t)il * pl->n_expert + e];
+            tot += counts[(size_t)il * pl->n_expert + e];
+        }
+        if (tot == 0) continue;
+        for (int r = 0; r < pl->n_rank; r++) mx = load[r] > mx ? load[r] : mx;
+        sum += (double)mx * pl->n_rank / (double)tot;
+        layers++;
+    }
+    return layers ? sum / layers : 0;
+}
+
 void ep_shard(int n_tok, int n_rank, int r, int *t0, int *t1) {
     *t0 = (int)((int64_t)n_tok * r / n_rank);
     *t1 = (int)((int64_t)n_tok * (r + 1) / n_rank);

@@ -53,6 +53,11 @@ void ep_placement_free(ep_placement *pl);
 void ep_counts_from_keys(const uint32_t *keys, size_t n, int n_layer, int n_expert,
                          uint64_t *counts);
 
+/* How a placement balances given counts (e.g. a held-out part of a trace): the mean over the
+ * layers with experts of (the largest rank's slots / the mean rank's slots); 1 is perfect.
+ * Layers whose counts are all zero are skipped; 0 when there is no such layer. */
+double ep_imbalance(const ep_placement *pl, const uint64_t *counts);
+
 /* The contiguous token shard [*t0, *t1) whose home is rank r (sizes differ by at most one). */
 void ep_shard(int n_tok, int n_rank, int r, int *t0, int *t1);
 

@@ -58,6 +58,8 @@ check bash -c "'$SLUICE' cachesim '$WORK/run.trace' --sizes 2,4,8,16 | grep -q b
 check bash -c "'$SLUICE' cachesim '$WORK/bench.trace' --sizes 25%,50% --svg '$WORK/c.svg' | grep -q 'lru-warm'"
 check grep -q '<svg' "$WORK/c.svg"
 check bash -c "'$SLUICE' cachesim '$WORK/bench.trace' --seq 1 --csv --no-svg | grep -q '^slots,'"
+# expert-parallel balance from the same trace (docs/multi-gpu.md)
+check bash -c "'$SLUICE' cachesim '$WORK/run.trace' --ep-ranks 1,2,4 | grep -qE '^\| 4 \| [0-9.]+ \|'"
 
 # perplexity: batch and decode paths agree
 yes "The little cat sat on the warm mat and looked at the birds outside the window." | head -n 40 > "$WORK/text.txt"
@@ -72,6 +74,7 @@ one_line_error "$SLUICE" cachesim "$WORK/bad.trace"
 head -c 60 "$WORK/run.trace" > "$WORK/trunc.trace"
 one_line_error "$SLUICE" cachesim "$WORK/trunc.trace"
 one_line_error "$SLUICE" cachesim "$WORK/run.trace" --sizes 0,abc
+one_line_error "$SLUICE" cachesim "$WORK/run.trace" --ep-ranks 0
 one_line_error "$SLUICE" bench -m "$M" -p 0
 one_line_error "$SLUICE" bench -m "$M" -p 16 -n 2 --evidence-dir /nonexistent-dir/ev
 one_line_error "$SLUICE" run -m "$M" -p hi -n 2 --trace-routing /nonexistent-dir/t.trace

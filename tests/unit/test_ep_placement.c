@@ -82,6 +82,8 @@ static void test_balance(void) {
                    R, il, (unsigned long long)mx, (unsigned long long)(total / (uint64_t)R),
                    (unsigned long long)top);
         }
+        const double imb = ep_imbalance(&pl, counts);
+        CHECKF(imb >= 1.0 && (R > 1 || imb == 1.0), "R=%d: imbalance %.4f", R, imb);
         int held = 0;
         for (int r = 0; r < R; r++) held += pl.experts[r];
         CHECK(held == (L - 1) * X);
