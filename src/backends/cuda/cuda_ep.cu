@@ -207,16 +207,24 @@ static bool nccl_open(char *err, size_t err_len) {
     return true;
 }
 
-/* Like CU: a failed collective leaves the layer's output undefined, so stop. */
-#define NC(call)                                                                                 \
-    do {                                                                                         \
-        ncclResult_t r_ = (call);                                                                \
-        if (r_ != ncclSuccess) {                                                                 \
-            fprintf(stderr, "sluice: NCCL error %d (%s) at %s:%d: %s\n", (int)r_,                \
-                    g_nccl.GetErrorString(r_), __FILE__, __LINE__, #call);                       \
-            abort();                                                                             \
-        }                                                                                        \
-    } while (0)
+/* Like CU: a failed collective leaves the layer's output undefined, so stop; except while a
+ * decode step is being captured as a graph: then the capture is marked broken, the backend
+ * discards the recording and runs the step again eagerly (capture_end returns 1), and later
+ * steps stay eager. */
+static void nc_check(ncclResult_t r, cuda_backend *c, const char *what, int line) {
+    if (r == ncclSuccess) return;
+    if (c && c->capturing) {
+        if (!c->capture_broken)
+            fprintf(stderr, "sluice: NCCL error %d (%s) while capturing a graph (cuda_ep.cu:%d: %s)\n", (int)r,
+                    g_nccl.GetErrorString(r), line, what);
+        c->capture_broken = true;
+        return;
+    }
+    fprintf(stderr, "sluice: NCCL error %d (%s) at cuda_ep.cu:%d: %s\n", (int)r, g_nccl.GetErrorString(r), line,
+            what);
+    abort();
+}
+#define NC(call) nc_check((call), c, #call, __LINE__)
 
 /* ---- the EP state of a backend ---------------------------------------------------------------- */
 
@@ -256,6 +264,13 @@ static int ep_moe_experts(backend *b, int il, const float *x, int n, const int32
     }
     cuda_prof_begin(c);
     const int R = st->n_rank, me = st->rank;
+    if (R > 1 && c->capturing) {
+        /* the sizes come through the host, which a graph cannot do: give the recording up, the
+         * session runs this step again eagerly (capture_end returns 1) */
+        c->capture_broken = true;
+        cuda_prof_end(c, "moe_experts EP");
+        return 0;
+    }
     const int E = (int)c->shapes[il].ne0[EXPERT_GATE];
     const int t0 = (int)((int64_t)n * me / R), t1 = (int)((int64_t)n * (me + 1) / R);
     const int m = (t1 - t0) * k; /* this home's slots */
@@ -289,7 +304,6 @@ static int ep_moe_experts(backend *b, int il, const float *x, int n, const int32
             NC(g_nccl.Recv(rcounts + p, 1, ncclInt32, p, st->comm, c->stream));
         }
         NC(g_nccl.GroupEnd());
-        if (c->capturing) c->capture_broken = true; /* the sizes come through the host */
         CU(cudaMemcpyAsync(st->h_counts, counts, (size_t)R * 4, cudaMemcpyDeviceToHost, c->stream));
         CU(cudaMemcpyAsync(st->h_counts + R, rcounts, (size_t)R * 4, cudaMemcpyDeviceToHost, c->stream));
         CU(cudaStreamSynchronize(c->stream));
