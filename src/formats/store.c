@@ -20,23 +20,36 @@ static const char *const part_names[EXPERT_PARTS] = {"gate", "up", "down"};
 
 #define FUSED_GATE_UP 3 /* "ffn_gate_up_exps": gate rows then up rows of each expert */
 
-/* "blk.12.ffn_up_exps.weight" -> layer 12, part EXPERT_UP */
+/* Layer indices above this are not expert tensors (the store manifest has the same bound); it
+ * caps what a file can make the layout allocate. */
+#define MAX_LAYER 99999
+
+/* "blk.12.ffn_up_exps.weight" -> layer 12, part EXPERT_UP. Digits only: sscanf's %d accepted a
+ * sign or spaces, wrapped past INT_MAX (UB; "blk.4294967297" aliased layer 1) and let a name
+ * with layer INT_MAX overflow n_layer (found writing tests/fuzz/fuzz_store.c). */
 static bool parse_expert_name(const char *name, int *layer, int *part) {
-    int l, n = 0;
-    char what[16];
-    if (sscanf(name, "blk.%d.ffn_gate_up_exps.weight%n", &l, &n) == 1 && name[n] == 0 && l >= 0) {
+    if (strncmp(name, "blk.", 4) != 0) return false;
+    const char *p = name + 4;
+    int l = 0;
+    if (*p < '0' || *p > '9') return false;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        l = l * 10 + (*p - '0');
+        if (l > MAX_LAYER) return false;
+    }
+    if (strcmp(p, ".ffn_gate_up_exps.weight") == 0) {
         *layer = l;
         *part = FUSED_GATE_UP;
         return true;
     }
-    if (sscanf(name, "blk.%d.ffn_%15[a-z]_exps.weight%n", &l, what, &n) != 2 || name[n] != 0)
-        return false;
-    for (int p = 0; p < EXPERT_PARTS; p++)
-        if (strcmp(what, part_names[p]) == 0) {
+    for (int q = 0; q < EXPERT_PARTS; q++) {
+        const size_t n = strlen(part_names[q]);
+        if (strncmp(p, ".ffn_", 5) == 0 && strncmp(p + 5, part_names[q], n) == 0 &&
+            strcmp(p + 5 + n, "_exps.weight") == 0) {
             *layer = l;
-            *part = p;
-            return l >= 0;
+            *part = q;
+            return true;
         }
+    }
     return false;
 }
 
@@ -145,6 +158,14 @@ static int load_packed(const gguf_file *f, int n_layer, int n_expert, expert_lay
         snprintf(err, n, "expert store names layer %d but the model has %d", max_layer, n_layer);
         return -1;
     }
+    /* the checksum array is in the file, so checking its size first bounds the allocations by
+     * the file (n_expert and 4096 layer entries alone, a 33 KB file, asked malloc for 16 TB) */
+    const gguf_kv *crc = gguf_find(f, KEY("record_crc32"));
+    if (ne == 0 || ne > INT32_MAX || !crc || crc->type != GGUF_VT_ARRAY ||
+        crc->arr_type != GGUF_VT_U32 || crc->arr_n != nl * ne) {
+        snprintf(err, n, "expert store manifest: record checksums missing or of the wrong size");
+        return -1;
+    }
     l->n_layer = n_layer;
     l->n_expert = (int)ne;
     l->packed = true;
@@ -152,12 +173,6 @@ static int load_packed(const gguf_file *f, int n_layer, int n_expert, expert_lay
     l->record_crc = malloc(nl * ne * sizeof *l->record_crc);
     if (!l->layers || !l->record_crc) {
         snprintf(err, n, "out of memory");
-        return -1;
-    }
-    const gguf_kv *crc = gguf_find(f, KEY("record_crc32"));
-    if (!crc || crc->type != GGUF_VT_ARRAY || crc->arr_type != GGUF_VT_U32 ||
-        crc->arr_n != nl * ne) {
-        snprintf(err, n, "expert store manifest: record checksums missing or of the wrong size");
         return -1;
     }
     memcpy(l->record_crc, crc->arr_data, nl * ne * sizeof(uint32_t));
