@@ -124,50 +124,17 @@ static int plan_and_bind(sluice_model *m, const char *label) {
 static int apply_overrides(sluice_model *m, const char *label) {
     for (int i = 0; i < m->params.n_override_kv; i++) {
         const char *spec = m->params.override_kv[i];
-        const char *eq = spec ? strchr(spec, '=') : NULL;
-        const char *colon = eq ? strchr(eq + 1, ':') : NULL;
-        if (!eq || !colon || eq == spec || (size_t)(eq - spec) >= 256) {
-            sluice_set_error("%s: override '%s' is not KEY=TYPE:VALUE", label, spec ? spec : "");
-            return -1;
-        }
-        char key[256], type[16];
-        memcpy(key, spec, (size_t)(eq - spec));
-        key[eq - spec] = 0;
-        const size_t tl = (size_t)(colon - eq - 1);
-        memcpy(type, eq + 1, tl < sizeof type - 1 ? tl : sizeof type - 1);
-        type[tl < sizeof type - 1 ? tl : sizeof type - 1] = 0;
-        const char *val = colon + 1;
+        char key[256], err[512];
         gguf_kv v;
-        memset(&v, 0, sizeof v);
-        char *end = NULL;
-        if (strcmp(type, "int") == 0) {
-            v.type = GGUF_VT_I64;
-            v.v.i = strtoll(val, &end, 10);
-        } else if (strcmp(type, "float") == 0) {
-            v.type = GGUF_VT_F64;
-            v.v.f = strtod(val, &end);
-        } else if (strcmp(type, "bool") == 0) {
-            v.type = GGUF_VT_BOOL;
-            v.v.u = strcmp(val, "true") == 0;
-            end = (char *)val + (strcmp(val, "true") == 0 || strcmp(val, "false") == 0 ? strlen(val) : 0);
-        } else if (strcmp(type, "str") == 0) {
-            v.type = GGUF_VT_STRING;
-            v.v.s = (gguf_str){val, strlen(val)};
-            end = (char *)val + strlen(val);
-        } else {
-            sluice_set_error("%s: override '%s': type must be int, float, bool or str", label, spec);
+        if (gguf_parse_override(spec, key, sizeof key, &v, err, sizeof err) != 0) {
+            sluice_set_error("%s: %s", label, err);
             return -1;
         }
-        if (!end || end == val || *end) {
-            sluice_set_error("%s: override '%s': bad %s value '%s'", label, spec, type, val);
-            return -1;
-        }
-        char err[256];
         if (gguf_override(m->gguf, key, &v, err, sizeof err) != 0) {
             sluice_set_error("%s: %s", label, err);
             return -1;
         }
-        if (m->params.verbose) fprintf(stderr, "%s: metadata override %s = %s:%s\n", label, key, type, val);
+        if (m->params.verbose) fprintf(stderr, "%s: metadata override %s = %s\n", label, key, strchr(spec, '=') + 1);
     }
     return 0;
 }

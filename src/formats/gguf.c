@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -534,6 +535,53 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
     for (uint64_t i = 0; i < f->n_kv; i++)
         if (f->kv[i].key && strcmp(f->kv[i].key, key) == 0) return &f->kv[i];
     return NULL;
+}
+
+int gguf_parse_override(const char *spec, char *key, size_t key_len, gguf_kv *value, char *err,
+                        size_t err_len) {
+    const char *eq = spec ? strchr(spec, '=') : NULL;
+    const char *colon = eq ? strchr(eq + 1, ':') : NULL;
+    if (!eq || !colon || eq == spec || (size_t)(eq - spec) >= key_len) {
+        snprintf(err, err_len, "override '%s' is not KEY=TYPE:VALUE", spec ? spec : "");
+        return -1;
+    }
+    memcpy(key, spec, (size_t)(eq - spec));
+    key[eq - spec] = 0;
+    char type[16];
+    const size_t tl = (size_t)(colon - eq - 1);
+    memcpy(type, eq + 1, tl < sizeof type - 1 ? tl : sizeof type - 1);
+    type[tl < sizeof type - 1 ? tl : sizeof type - 1] = 0;
+    const char *val = colon + 1;
+    gguf_kv v;
+    memset(&v, 0, sizeof v);
+    char *end = NULL;
+    errno = 0;
+    if (strcmp(type, "int") == 0) {
+        v.type = GGUF_VT_I64;
+        v.v.i = strtoll(val, &end, 10);
+        if (errno == ERANGE) end = NULL; /* out of range: strtoll saturates, never silently */
+    } else if (strcmp(type, "float") == 0) {
+        v.type = GGUF_VT_F64;
+        v.v.f = strtod(val, &end);
+        if (errno == ERANGE && isinf(v.v.f)) end = NULL; /* overflow, not a number we can hold */
+    } else if (strcmp(type, "bool") == 0) {
+        v.type = GGUF_VT_BOOL;
+        v.v.u = strcmp(val, "true") == 0;
+        end = (char *)val + (strcmp(val, "true") == 0 || strcmp(val, "false") == 0 ? strlen(val) : 0);
+    } else if (strcmp(type, "str") == 0) {
+        v.type = GGUF_VT_STRING;
+        v.v.s = (gguf_str){val, strlen(val)};
+        end = (char *)val + strlen(val);
+    } else {
+        snprintf(err, err_len, "override '%s': type must be int, float, bool or str", spec);
+        return -1;
+    }
+    if (!end || end == val || *end) {
+        snprintf(err, err_len, "override '%s': bad %s value '%s'", spec, type, val);
+        return -1;
+    }
+    *value = v;
+    return 0;
 }
 
 int gguf_override(gguf_file *f, const char *key, const gguf_kv *value, char *err, size_t err_len) {

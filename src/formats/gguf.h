@@ -109,6 +109,12 @@ bool gguf_arr_get_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
  * file's value or adding the key, so that every later lookup sees it. An array value cannot be
  * overridden. 0, or -1 with err. */
 int gguf_override(gguf_file *f, const char *key, const gguf_kv *value, char *err, size_t err_len);
+/* Parse one override spec "KEY=TYPE:VALUE" (TYPE int, float, bool or str) into key (at most
+ * key_len - 1 bytes; NUL-terminated) and a value for gguf_override (a string value points into
+ * spec). A parser of its own, apart from the model loader, so that it can be fuzzed
+ * (tests/fuzz/fuzz_cli_specs.c). 0, or -1 with one line in err. */
+int gguf_parse_override(const char *spec, char *key, size_t key_len, gguf_kv *value, char *err,
+                        size_t err_len);
 
 /* Size in bytes of one value of a scalar type (0 for STRING/ARRAY). */
 size_t gguf_vtype_size(enum gguf_vtype t);
