@@ -75,6 +75,7 @@ head -c 60 "$WORK/run.trace" > "$WORK/trunc.trace"
 one_line_error "$SLUICE" cachesim "$WORK/trunc.trace"
 one_line_error "$SLUICE" cachesim "$WORK/run.trace" --sizes 0,abc
 one_line_error "$SLUICE" cachesim "$WORK/run.trace" --ep-ranks 0
+one_line_error "$SLUICE" run -m "$M" -p hi -n 2 --gpus 1
 one_line_error "$SLUICE" bench -m "$M" -p 0
 one_line_error "$SLUICE" bench -m "$M" -p 16 -n 2 --evidence-dir /nonexistent-dir/ev
 one_line_error "$SLUICE" run -m "$M" -p hi -n 2 --trace-routing /nonexistent-dir/t.trace
