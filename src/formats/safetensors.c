@@ -364,6 +364,10 @@ st_set *st_open(const char *path, char *err, size_t n) {
         /* names are unique within a file (JSON_REJECT_DUPLICATES) */
     }
     if (rc != 0) {
+        /* one line whatever the file quotes (tensor and shard names are JSON strings and may
+         * hold newlines: found by tests/fuzz/fuzz_safetensors.c) */
+        for (char *c = err; n && *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
         st_close(s);
         return NULL;
     }
