@@ -406,6 +406,11 @@ int backend_cuda_ep_enable(backend *b, const backend_cuda_ep_params *p, char *er
     st->rank = p->rank;
     st->base = b->ops;
     CU(cudaSetDevice(c->device));
+    /* The ranks of expert parallelism are the GPUs of one host, so NCCL's bootstrap (a control
+     * channel; data moves over NVLink / PCIe) can use loopback: the device machines have no
+     * other reachable interface, and NCCL's default interface search may find none. A value
+     * the user set wins. */
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     ncclUniqueId id;
     ncclResult_t r = g_nccl.GetUniqueId(&id);
     if (r == ncclSuccess) r = g_nccl.CommInitRank(&st->comm, st->n_rank, id, st->rank);
