@@ -124,6 +124,21 @@ if has ep; then
   say "test_ep: rc=$rc (0 pass, 1 fail, 2 no NCCL, 77 no GPU); $(tail -1 "$OUT/test_ep.log")"
   grep -aE "^FAIL|DIFFER|EP unavailable|NCCL|expert parallelism|CUDA error|graph capture" "$OUT/test_ep.log" | head -40 >> "$OUT/summary.txt"
   grep -acE "identical" "$OUT/test_ep.log" | sed 's/^/ep: identical results: /' >> "$OUT/summary.txt"
+  # the command line: bench's evidence hashes (logits and tokens of every run) with and without
+  # --gpus 1 must be equal; the tok/s show what the NCCL round trips cost per MoE layer
+  hs() { grep -E '"(logits|tokens)_sha256"' "$1" | tr -d ' ,'; }
+  for f in tests/data/qwen35moe-tiny-Q4_K_M.gguf "$MINI"; do
+    [ -f "$f" ] || continue
+    timeout 90 "$SL" bench -m "$f" --gpu -p 128 -n 64 -r 1 --json > "$W/ep-plain.json" 2>> "$OUT/test_ep.log"
+    r1=$?
+    timeout 90 "$SL" bench -m "$f" --gpu --gpus 1 -p 128 -n 64 -r 1 --json > "$W/ep-ep.json" 2>> "$OUT/test_ep.log"
+    r2=$?
+    same=no; [ -n "$(hs "$W/ep-plain.json")" ] && [ "$(hs "$W/ep-plain.json")" = "$(hs "$W/ep-ep.json")" ] && same=yes
+    say "ep bench $(basename "$f"): rc=$r1/$r2, evidence hashes equal: $same"
+    for j in plain ep; do
+      echo "  $j: $(grep -oE '"(prefill|decode)_tps": *[0-9.]+' "$W/ep-$j.json" | tr '\n' ' ')" >> "$OUT/summary.txt"
+    done
+  done
 fi
 
 if has tsynth; then
