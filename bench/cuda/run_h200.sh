@@ -22,6 +22,9 @@
 #   big       test_cuda --big on the 35B-A3B shape, and its per-op profile
 #   bench     sluice bench --gpu: resident pp2048+tg128 on both shapes; --gpu-budget 8GiB with
 #             misses copied and read in place on the 35B-A3B shape
+#   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
+#             synthesized in the background from the start, then sluice bench --gpu and
+#             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
 #             (-ngl 99) and -ncmoe 26; the carried build has no flash-attention kernels (the
 #             transfer limit), so -fa off
@@ -68,6 +71,11 @@ if has env; then
 fi
 
 SYNTH_PID=
+if has quick35; then
+  ( "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35.part" -q -t "$THREADS" &&
+    mv "$Q35.part" "$Q35" && sync; echo "synth done" ) > "$OUT/synth.log" 2>&1 &
+  SYNTH_PID=$!
+fi
 if has synth; then
   # The tiny files first, then `sync`: pinning a file for the GPU (stream mode,
   # cudaHostRegister) waits for its dirty pages to be written back, and with a 20 GB file being
@@ -118,7 +126,7 @@ if has ep; then
     [ -n "$NL" ] && export SLUICE_NCCL_LIB=$NL
   fi
   say "ep: NCCL library ${SLUICE_NCCL_LIB:-not found}"
-  timeout 300 "$W/test_ep" tests/data/qwen3moe-tiny-Q4_K_M.gguf tests/data/qwen35moe-tiny-Q4_K_M.gguf \
+  timeout ${EP_TIMEOUT:-120} "$W/test_ep" tests/data/qwen3moe-tiny-Q4_K_M.gguf tests/data/qwen35moe-tiny-Q4_K_M.gguf \
     > "$OUT/test_ep.log" 2>&1
   rc=$?
   say "test_ep: rc=$rc (0 pass, 1 fail, 2 no NCCL, 77 no GPU); $(tail -1 "$OUT/test_ep.log")"
@@ -215,6 +223,22 @@ if has bench; then
   [ -f "$Q35" ] && bench_one "35B 8GiB zerocopy" -m "$Q35" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
   wait_for "$Q30" && bench_one "30B resident" -m "$Q30" --gpu -p 2048 -n 128 -r 1 -b 2048
   ls -la /tmp/models/ | grep -v synth- >> "$OUT/summary.txt"
+fi
+
+if has quick35; then
+  t0=$(date +%s)
+  for i in $(seq 150); do [ -f "$Q35" ] && break; sleep 1; done
+  say "quick35: synth $( [ -f "$Q35" ] && echo ready || echo MISSING) after $(($(date +%s) - t0))s"
+  if [ -f "$Q35" ]; then
+    timeout 100 "$SL" bench -m "$Q35" --gpu -p 512 -n 64 -r 1 > "$OUT/quick35.log" 2>&1
+    say "quick35 sluice: rc=$?"; grep -E "^\| Q" "$OUT/quick35.log" | tail -1 >> "$OUT/summary.txt"
+    if [ -f .devcarry/llama.tar.xz ]; then
+      mkdir -p "$W/llama" && tar xJf .devcarry/llama.tar.xz -C "$W/llama"
+      LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 100 "$W/llama/bin/llama-bench" -m "$Q35" \
+        -ngl 99 -fa off -p 512 -n 64 -r 1 -o md >> "$OUT/quick35.log" 2>&1
+      say "quick35 llama.cpp: rc=$?"; grep -E "^\| .*(pp512|tg64)" "$OUT/quick35.log" >> "$OUT/summary.txt"
+    fi
+  fi
 fi
 
 llama_one() { # label, args...
