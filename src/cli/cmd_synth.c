@@ -37,6 +37,7 @@ int cmd_synth(int argc, char **argv) {
         {"--dry-run", NULL, OPT_FLAG, &dry, NULL, "print the plan (tensor types, size) and write nothing"},
         {"--header-only", NULL, OPT_FLAG, &header_only, NULL, "write the real header and a sparse all-zero data section (loader tests)"},
         {"--list-tensors", NULL, OPT_FLAG, &tensors, NULL, "print every tensor's name, type, shape and size"},
+        {"--layers", NULL, OPT_INT, &o.n_layer, "N", "only N layers of the preset's shapes (a shallow benchmark file; the name says so)"},
         {"--mtp", NULL, OPT_FLAG, &o.mtp, NULL, "qwen4exp presets: add the MTP block (blk.N.nextn.*, nextn_predict_layers 1) for speculative decoding"},
         {"--list", NULL, OPT_FLAG, &list, NULL, "list presets and type mixes"},
         {"--quiet", "-q", OPT_FLAG, &quiet, NULL, "no plan summary or progress"},

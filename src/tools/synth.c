@@ -595,6 +595,18 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
         }
         with_mtp.nextn = 1;
     }
+    /* --layers: the same per-layer shapes, fewer layers (a benchmark file that fits where the
+     * full depth does not); the name says so, so results are not mistaken for the full model */
+    char label[256];
+    if (o->n_layer < 0 || o->n_layer > 4096) {
+        snprintf(err, n, "--layers must be between 1 and 4096");
+        return -1;
+    }
+    if (o->n_layer > 0) {
+        with_mtp.n_layer = o->n_layer;
+        snprintf(label, sizeof label, "%s, %d layer%s", found->label, o->n_layer, o->n_layer == 1 ? "" : "s");
+        with_mtp.label = label;
+    }
     const synth_preset *p = &with_mtp;
     int mix = synth_mix_from_name(o->type);
     if (mix < 0) {

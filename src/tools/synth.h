@@ -79,6 +79,7 @@ typedef struct synth_options {
     bool header_only;       /* write the header and a sparse (all-zero) data section */
     bool list_tensors;      /* print every tensor of the plan */
     bool mtp;               /* qwen4exp: add the MTP block (blk.N.nextn.*, nextn_predict_layers 1) */
+    int n_layer;            /* > 0: this many layers of the preset's shapes (a shallower file) */
     int progress;           /* 0: none, 1: bar (tty), 2: percentage lines */
 } synth_options;
 

@@ -66,6 +66,12 @@ yes "The little cat sat on the warm mat and looked at the birds outside the wind
 check bash -c "'$SLUICE' perplexity -m '$M' -f '$WORK/text.txt' -c 64 --decode -t 2 2>/dev/null | grep -q 'relative difference 0'"
 
 # bad inputs
+# --layers: the preset's per-layer shapes, fewer layers, a name that says so; it runs
+check "$SLUICE" synth -q --preset qwen35moe-tiny --layers 1 -o "$WORK/l1.gguf"
+check sh -c "'$SLUICE' info '$WORK/l1.gguf' | grep -q 'block_count  *1\$'"
+check sh -c "'$SLUICE' info '$WORK/l1.gguf' | grep -q 'synthetic), 1 layer.$'"
+check sh -c "'$SLUICE' run -m '$WORK/l1.gguf' -p hi -n 4 -t 1 --temp 0 > /dev/null 2>&1"
+one_line_error "$SLUICE" synth --preset qwen3moe-tiny --layers -2 -o "$WORK/x.gguf"
 one_line_error "$SLUICE" synth --preset nope -o "$WORK/x.gguf"
 one_line_error "$SLUICE" synth --preset qwen3moe-tiny --type Q9_X -o "$WORK/x.gguf"
 one_line_error "$SLUICE" synth --preset qwen3moe-tiny -o /nonexistent-dir/x.gguf
