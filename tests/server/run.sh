@@ -52,6 +52,7 @@ start_server() {
   local name=$1
   shift
   local log=$WORK/$name.log
+  : >"$log" # exists before the poll below: the background job opens it only once it runs
   "$BIN" serve --port 0 -t 1 "$@" >"$log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
