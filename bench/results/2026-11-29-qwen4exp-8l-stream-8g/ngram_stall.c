@@ -1,6 +1,6 @@
 /* ngram_stall: the n-gram tier's counters (sluice_model_ngram_stats) over a prompt and a greedy
  * decode, which `sluice bench` does not report. Links libsluice.a; public API only.
- *   ngram_stall MODEL PROMPT_FILE N_PROMPT N_GEN N_BATCH THREADS [auto|resident|stream] [greedy|forced]
+ *   ngram_stall MODEL PROMPT_FILE N_PROMPT N_GEN N_BATCH THREADS [auto|resident|stream] [greedy|forced] [CACHE_EXPERTS]
  * forced: each decode step evaluates the next token of the file (teacher forcing: diverse tokens,
  * one token per pass, as decode) instead of the greedy pick. */
 #include <stdio.h>
@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
     int np = atoi(argv[3]), ng = atoi(argv[4]), nb = atoi(argv[5]), nt = atoi(argv[6]);
     sluice_model_params mp = {0};
     mp.mode = argc > 7 && !strcmp(argv[7], "resident") ? SLUICE_MODE_RESIDENT : argc > 7 && !strcmp(argv[7], "stream") ? SLUICE_MODE_STREAM : SLUICE_MODE_AUTO;
-    mp.n_ctx = np + ng + 1; mp.n_batch = nb;
+    mp.n_ctx = np + ng + 1;
+    if (argc > 9) mp.cache_experts = atoi(argv[9]); /* as --cache Nx */ mp.n_batch = nb;
     double t0 = now();
     sluice_model *m = sluice_model_load(argv[1], &mp);
     if (!m) { fprintf(stderr, "load: %s\n", sluice_last_error()); return 1; }
