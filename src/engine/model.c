@@ -158,6 +158,20 @@ static void advise_stream_mapping(const sluice_model *m) {
     }
 }
 
+/* Resident on the CPU: the weights are read in at load, in file order, before the first token,
+ * instead of being faulted in at random inside the first prefill. Otherwise the first work after
+ * a cold page cache pays the reads (measured: 30B-A3B prefill of 512 tokens at 23.0 t/s cold vs
+ * 31.7 t/s warm) and a benchmark depends on what ran before it. The plan has already counted
+ * these pages as resident. */
+static void populate_resident_mapping(const sluice_model *m) {
+    const gguf_file *g = m->gguf;
+    if (!g->mapped || !g->size) return;
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)g->base, g->size, MADV_POPULATE_READ) == 0) return;
+#endif
+    madvise((void *)g->base, g->size, MADV_WILLNEED); /* older kernels: start the reads at least */
+}
+
 static sluice_model *load_from(gguf_file *g, const char *label, const char *path,
                                const sluice_model_params *params) {
     char err[512] = "";
@@ -205,6 +219,7 @@ static sluice_model *load_from(gguf_file *g, const char *label, const char *path
     }
     if (plan_and_bind(m, label) != 0) goto fail;
     if (m->experts && m->experts->streaming) advise_stream_mapping(m);
+    else if (!m->params.plan_only && !m->plan.gpu) populate_resident_mapping(m);
     if (!m->params.plan_only && !m->params.no_watchdog) {
         watchdog_start(NULL);
         m->watching = true;
