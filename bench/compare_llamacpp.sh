@@ -3,8 +3,8 @@
 #
 #   bench/compare_llamacpp.sh MODEL.gguf [-p 512,2048] [-n 64] [-r 2] [-t 2] [-o OUT.md]
 #
-# Environment: LLAMA_BENCH (llama-bench binary; default /work/peer/llama.cpp/build/bin/llama-bench,
-# built outside the repository, never committed), SLUICE (sluice binary; default build/sluice),
+# Environment: LLAMA_BENCH (llama-bench binary; default: llama-bench on PATH; built outside the
+# repository, never committed; on AMX-capable hosts use a build without AMX), SLUICE (sluice binary; default build/sluice),
 # BENCH_KERNELS (default: next to SLUICE) to measure the memory read bandwidth for the roofline.
 #
 # Prints (and with -o writes) a markdown report: machine facts and load before/after, the exact
@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-LLAMA_BENCH=${LLAMA_BENCH:-/work/peer/llama.cpp/build/bin/llama-bench}
+LLAMA_BENCH=${LLAMA_BENCH:-$(command -v llama-bench || echo llama-bench)}
 SLUICE=${SLUICE:-$ROOT/build/sluice}
 BENCH_KERNELS=${BENCH_KERNELS:-$(dirname "$SLUICE")/bench_kernels}
 for b in "$LLAMA_BENCH" "$SLUICE"; do [ -x "$b" ] || { echo "missing $b" >&2; exit 1; }; done

@@ -27,8 +27,8 @@ done
 tar cf - -C .devcarry/stage . | xz -T2 -9 > .devcarry/bin.tar.xz
 rm -rf .devcarry/stage
 for f in "$@"; do
-  cp /work/shared/fixtures/models/$f.gguf .devcarry/fixtures/
-  cp /work/shared/fixtures/golden/$f.prompt.ids .devcarry/fixtures/ 2>/dev/null || true
+  cp "$ROOT/../shared/fixtures/models/$f.gguf" .devcarry/fixtures/
+  cp "$ROOT/../shared/fixtures/golden/$f.prompt.ids" .devcarry/fixtures/ 2>/dev/null || true
 done
 if [ -n "${LLAMA:-}" ]; then
   tar cf - -C "$LLAMA" bin | xz -T2 -6 > .devcarry/llama.tar.xz
