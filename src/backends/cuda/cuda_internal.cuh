@@ -137,6 +137,11 @@ struct cuda_backend {
     bool profile;
     cudaEvent_t ev0, ev1;
     std::vector<prof_entry> prof;
+    /* SLUICE_CUDA_GRAPH_TIMING: the device time of graph replays against the host's time for
+     * the whole replay call (inputs, launch, wait, logits copy), printed at exit */
+    bool graph_timing;
+    int timed_replays;
+    double graph_gpu_ms, graph_call_ms;
 };
 
 /* Scratch buffer ids. */

@@ -13,27 +13,61 @@
 
 /* ---- rmsnorm / l2norm -------------------------------------------------------------------------- */
 
-/* One warp per row: squares summed in double (lane-strided, then a fixed butterfly). */
-template <bool L2>
-__global__ void k_norm(const float *x, const float *w, int n_rows, int dim, float eps, float *y) {
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (row >= n_rows) return;
+/* One block of NT threads per row, NT chosen from the row width alone (never from the number of
+ * rows), so a row's bits do not depend on the batch it is in. Squares are summed in double:
+ * thread t takes elements t, t + NT, ... (loads unrolled so they are in flight together: a
+ * single 2048-wide row was latency-bound at 27 us with one warp and a serial loop), then a fixed
+ * butterfly per warp, then the warps' sums in warp order. */
+template <bool L2, int NT>
+__global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int dim, float eps, float *y) {
+    constexpr int NW = NT / 32;
+    __shared__ double part[NW];
+    __shared__ float scale_s;
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *xr = x + (size_t)row * dim;
     double s = 0.0;
-    for (int i = lane; i < dim; i += 32) {
+    int i = tid;
+    for (; i + 3 * NT < dim; i += 4 * NT) {
+        const float v0 = xr[i], v1 = xr[i + NT], v2 = xr[i + 2 * NT], v3 = xr[i + 3 * NT];
+        s += (double)__fmul_rn(v0, v0);
+        s += (double)__fmul_rn(v1, v1);
+        s += (double)__fmul_rn(v2, v2);
+        s += (double)__fmul_rn(v3, v3);
+    }
+    for (; i < dim; i += NT) {
         const float v = xr[i];
         s += (double)__fmul_rn(v, v);
     }
 #pragma unroll
     for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    float scale;
-    if (L2) scale = __fdiv_rn(1.0f, fmaxf(__fsqrt_rn((float)s), eps));
-    else scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / dim), eps)));
-    float *yr = y + (size_t)row * dim;
-    for (int i = lane; i < dim; i += 32) {
-        const float v = __fmul_rn(xr[i], scale);
-        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    if (tid == 0) {
+        double t = part[0];
+#pragma unroll
+        for (int k = 1; k < NW; k++) t += part[k];
+        float sc;
+        if (L2) sc = __fdiv_rn(1.0f, fmaxf(__fsqrt_rn((float)t), eps));
+        else sc = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(t / dim), eps)));
+        scale_s = sc;
     }
+    __syncthreads();
+    const float scale = scale_s;
+    float *yr = y + (size_t)row * dim;
+    for (int j = tid; j < dim; j += NT) {
+        const float v = __fmul_rn(xr[j], scale);
+        yr[j] = w ? __fmul_rn(v, w[j]) : v;
+    }
+}
+
+template <bool L2>
+static void launch_norm(cuda_backend *c, const float *x, const float *w, int n_rows, int dim, float eps,
+                        float *y) {
+    if (n_rows <= 0) return;
+    if (dim >= 1024) k_norm<L2, 256><<<n_rows, 256, 0, c->stream>>>(x, w, dim, eps, y);
+    else if (dim >= 256) k_norm<L2, 64><<<n_rows, 64, 0, c->stream>>>(x, w, dim, eps, y);
+    else k_norm<L2, 32><<<n_rows, 32, 0, c->stream>>>(x, w, dim, eps, y);
+    CU_LAUNCH();
 }
 
 void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
@@ -41,8 +75,7 @@ void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
     const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
-    k_norm<false><<<cdiv((size_t)n_rows * 32, 256), 256, 0, c->stream>>>(x, wd, n_rows, dim, eps, y);
-    CU_LAUNCH();
+    launch_norm<false>(c, x, wd, n_rows, dim, eps, y);
     cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
     cuda_prof_end(c, "rmsnorm");
 }
@@ -50,8 +83,7 @@ void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int
 void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
-    k_norm<true><<<cdiv((size_t)n_rows * 32, 256), 256, 0, c->stream>>>(x, nullptr, n_rows, dim, eps, y);
-    CU_LAUNCH();
+    launch_norm<true>(c, x, nullptr, n_rows, dim, eps, y);
     cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
     cuda_prof_end(c, "l2norm");
 }
