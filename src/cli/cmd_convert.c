@@ -35,8 +35,8 @@ int cmd_convert(int argc, char **argv) {
     const cli_cmd cmd = {
         "convert", "HF_DIR OUT.gguf [--type T]",
         "Convert a Hugging Face checkpoint (config.json, tokenizer.json, safetensors in BF16, F16, "
-        "F32, FP8 e4m3 with block scales, or MLX affine-quantized) of a qwen3_moe or qwen3_5_moe "
-        "model to a GGUF in llama.cpp's layout (qwen3moe / qwen35moe).",
+        "F32, FP8 e4m3 with block scales, or MLX affine-quantized) of a qwen3_moe, qwen3_5_moe or "
+        "qwen4_exp model to a GGUF in llama.cpp's layout (qwen3moe / qwen35moe / qwen4exp).",
         "Written tensor by tensor to OUT.gguf.partial with a journal of the completed tensors; an "
         "interrupted conversion continues where it stopped when run again with the same inputs "
         "and options (completed tensors are verified first). OUT.gguf appears only when complete. "

@@ -32,6 +32,7 @@
 
 static float fp8_scale(const src_ref *s, int64_t o, int64_t r, int64_t col) {
     if (!s->scale) return 1.0f;
+    if (s->fp8_global) return st_get_f32(s->scale, 0);
     const int64_t cb = (s->cols + s->fp8_bc - 1) / s->fp8_bc;
     const int lead = s->outer > 1 ? 1 : 0;
     if (s->scale->n_dims == 1 + lead) /* a vector's scales: one per column block */
@@ -86,6 +87,17 @@ static void src_row_blocks(const src_ref *s, int64_t o, int64_t r, const int64_t
 
 /* Which source, outer index and row output row i comes from (see out_tensor). */
 static const src_ref *row_source(const out_tensor *t, int64_t i, int64_t *o, int64_t *r) {
+    if (t->rowcat) { /* the source whose rows hold i: the last k with rowcat[k] <= i */
+        int lo = 0, hi = t->n_src - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (t->rowcat[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        *o = 0;
+        *r = i - t->rowcat[lo];
+        return &t->src[lo];
+    }
     const int64_t R = t->ne[1], e = i / R, rr = i % R;
     const int64_t sr = t->row_off + (t->rowperm ? t->rowperm[rr] : rr);
     *r = sr;
@@ -98,6 +110,14 @@ static const src_ref *row_source(const out_tensor *t, int64_t i, int64_t *o, int
 }
 
 static void out_row_f32(const out_tensor *t, int64_t i, float *row, float *tmp) {
+    if (t->colcat) {
+        int64_t at = 0;
+        for (int k = 0; k < t->n_src; k++) {
+            src_row_f32(&t->src[k], 0, i, row + at);
+            at += t->src[k].cols;
+        }
+        return;
+    }
     int64_t o, r;
     const src_ref *s = row_source(t, i, &o, &r);
     const int64_t C = t->ne[0];
@@ -119,7 +139,9 @@ static bool mlx_passthrough(const out_tensor *t, int64_t **gperm) {
     int bits, group;
     bool bf16;
     *gperm = NULL;
-    if (t->op != OP_NONE || !quant_mlx_params(t->type, &bits, &group, &bf16)) return false;
+    if (t->op != OP_NONE || t->rowcat || t->colcat ||
+        !quant_mlx_params(t->type, &bits, &group, &bf16))
+        return false;
     for (int k = 0; k < t->n_src; k++) {
         const src_ref *s = &t->src[k];
         if (s->kind != SRC_MLX || s->mlx_bits != bits || s->mlx_group != group ||

@@ -4,7 +4,7 @@
  * chat_template.jinja) and safetensors weights (one file or shards with an index) in BF16, F16,
  * F32, FP8 e4m3 with block scales (weight_scale_inv), or MLX affine quantization (uint32 codes +
  * scales + biases). Architectures: qwen3_moe -> qwen3moe, qwen3_5_moe / qwen3_5_moe_text ->
- * qwen35moe.
+ * qwen35moe, qwen4_exp / qwen4_exp_text -> qwen4exp (with its MTP block when present).
  *
  * Output: written to OUT.partial, tensor by tensor, each completed tensor recorded with its
  * SHA-256 in OUT.partial.journal; renamed to OUT when complete. A rerun with the same inputs and

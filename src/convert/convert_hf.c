@@ -53,6 +53,18 @@ static json_t *cfg_get(cfgctx *c, const char *key) {
     return v ? v : json_object_get(c->top, key);
 }
 
+static bool cfg_fail(cfgctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool cfg_fail(cfgctx *c, const char *fmt, ...) {
+    if (c->bad) return false;
+    int k = snprintf(c->err, c->n, "config.json: ");
+    va_list ap;
+    va_start(ap, fmt);
+    if (k > 0 && (size_t)k < c->n) vsnprintf(c->err + k, c->n - (size_t)k, fmt, ap);
+    va_end(ap);
+    c->bad = true;
+    return false;
+}
+
 /* Integer field in [lo, hi]; def when absent and not required. */
 static int64_t cfg_int(cfgctx *c, const char *key, int64_t def, bool required, int64_t lo,
                        int64_t hi) {
@@ -130,7 +142,7 @@ static void cfg_rope(cfgctx *c, hf_config *h) {
             c->bad = true;
         }
     }
-    double def_partial = h->arch == ARCH_QWEN35MOE ? 0.25 : 1.0;
+    double def_partial = h->arch == ARCH_QWEN3MOE ? 1.0 : 0.25;
     h->rope_theta = cfg_num(c, c->text, "rope_theta", cfg_num(c, rp, "rope_theta", 0));
     if (h->rope_theta == 0) h->rope_theta = cfg_num(c, c->top, "rope_theta", 10000.0);
     h->partial_rotary = cfg_num(c, c->text, "partial_rotary_factor",
@@ -205,6 +217,77 @@ static void cfg_quant(cfgctx *c, hf_config *h) {
     h->mlx_bits = json_is_integer(b) ? (int)json_integer_value(b) : 4;
 }
 
+/* qwen4_exp (transformers' Qwen4ExpTextConfig): hyper-connections, the QSA indexer, the n-gram
+ * (PLE) module. Only what sluice runs is accepted: one n-gram layer, on a linear-attention
+ * layer, of ple_embed_dim = hidden_size; the sigmoid output gate of the Gated DeltaNet; the MTP
+ * block sharing the trunk's embedding and head. */
+static bool cfg_qwen4exp(cfgctx *c, hf_config *h) {
+    const int64_t big = 1 << 24;
+    h->hc = cfg_int(c, "hc_count", 4, false, 2, 16);
+    h->hc_rank = cfg_int(c, "hc_lowrank", 320, false, 1, 1 << 16);
+    h->idx_heads = cfg_int(c, "indexer_n_heads", 0, true, 1, 256);
+    cfg_int(c, "indexer_kv_heads", 1, false, 1, 1); /* one key head, as transformers requires */
+    h->idx_dim = cfg_int(c, "indexer_head_dim", 0, true, 2, 4096);
+    h->idx_budget = cfg_int(c, "indexer_budget", 0, true, 1, big);
+    h->idx_ratio = cfg_int(c, "indexer_compress_ratio", 0, true, 1, 64);
+    h->ple_embed = cfg_int(c, "ple_embed_dim", h->hidden, false, 1, big);
+    h->ple_kernel = cfg_int(c, "ple_conv_kernel_size", 4, false, 1, 64);
+    h->ngram_size = cfg_int(c, "ngram_size", 3, false, 2, CONV_MAX_NGRAM);
+    h->heads_per_ngram = cfg_int(c, "heads_per_ngram", 8, false, 1, CONV_MAX_PLE_HEADS);
+    h->ngram_base = cfg_int(c, "ngram_vocab_size_base", 20000000, false, 2, INT32_MAX / 64);
+    h->ngram_div = cfg_int(c, "make_ngram_vocab_size_divisible_by", 128, false, 1, 1 << 20);
+    h->seed = cfg_int(c, "seed", 1234, false, 0, INT64_MAX);
+    h->ngram_parts = cfg_int(c, "split_ngram_parts", 0, false, 1, 1 << 20);
+    h->ff_shexp = cfg_int(c, "shared_expert_intermediate_size", 0, true, 1, big);
+    h->image_id = -1;
+    json_t *img = json_object_get(c->top, "image_token_id");
+    if (json_is_integer(img) && json_integer_value(img) >= 0 && json_integer_value(img) < INT32_MAX)
+        h->image_id = (int)json_integer_value(img);
+    if (c->bad) return false;
+    if (h->idx_budget % h->idx_ratio != 0)
+        return cfg_fail(c, "indexer_budget %lld is not a multiple of indexer_compress_ratio "
+                              "%lld", (long long)h->idx_budget, (long long)h->idx_ratio);
+    const int64_t rot = (int64_t)((double)h->head_dim * h->partial_rotary);
+    if (rot > h->idx_dim)
+        return cfg_fail(c, "%lld rotary dims do not fit the indexer head of %lld",
+                              (long long)rot, (long long)h->idx_dim);
+    /* the output gate of the Gated DeltaNet: sluice implements sigmoid (Qwen3.8-Flash-Next) */
+    json_t *g = cfg_get(c, "output_gate_type");
+    if (!json_is_string(g)) g = cfg_get(c, "hidden_act");
+    const char *gate = json_string_value(g) ? json_string_value(g) : "silu";
+    if (strcmp(gate, "sigmoid") != 0)
+        return cfg_fail(c, "output_gate_type '%s' is not supported (sluice's qwen4exp "
+                              "gates the Gated DeltaNet output with sigmoid)", gate);
+    if (cfg_bool(c, "mtp_use_dedicated_embeddings", false))
+        return cfg_fail(c, "mtp_use_dedicated_embeddings is not supported (the MTP block "
+                              "shares the trunk's embedding and output head)");
+    /* ple_layer_ids: one-based */
+    h->ple_layer = -1;
+    json_t *ids = cfg_get(c, "ple_layer_ids");
+    if (ids && !json_is_null(ids) && !json_is_array(ids))
+        return cfg_fail(c, "ple_layer_ids must be a list");
+    if (json_array_size(ids) > 1)
+        return cfg_fail(c, "ple_layer_ids lists %zu layers; sluice runs one n-gram layer",
+                              json_array_size(ids));
+    if (json_array_size(ids) == 0) return true;
+    json_t *id = json_array_get(ids, 0);
+    if (!json_is_integer(id) || json_integer_value(id) < 1 || json_integer_value(id) > h->n_layer)
+        return cfg_fail(c, "ple_layer_ids must hold one-based layer numbers up to %lld",
+                              (long long)h->n_layer);
+    h->ple_layer = json_integer_value(id) - 1;
+    if (!h->recurrent[h->ple_layer])
+        return cfg_fail(c, "the n-gram layer %lld is not a linear-attention layer (sluice "
+                              "and llama.cpp run it only there)", (long long)h->ple_layer);
+    const int64_t heads = (h->ngram_size - 1) * h->heads_per_ngram;
+    if (heads > CONV_MAX_PLE_HEADS || h->ple_embed % heads != 0 || h->ple_embed != h->hidden)
+        return cfg_fail(c, "ple_embed_dim %lld must equal hidden_size %lld and split into "
+                              "%lld n-gram heads", (long long)h->ple_embed, (long long)h->hidden,
+                              (long long)heads);
+    if (h->eos_id < 0)
+        return cfg_fail(c, "eos_token_id is required: the n-gram hash restarts at it");
+    return true;
+}
+
 int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
     memset(h, 0, sizeof *h);
     json_t *top = load_json(dir, "config.json", true, err, n);
@@ -224,9 +307,12 @@ int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
     } else if (strcmp(mt, "qwen3_5_moe") == 0 || strcmp(mt, "qwen3_5_moe_text") == 0) {
         h->arch = ARCH_QWEN35MOE;
         h->arch_name = "qwen35moe";
+    } else if (strcmp(mt, "qwen4_exp") == 0 || strcmp(mt, "qwen4_exp_text") == 0) {
+        h->arch = ARCH_QWEN4EXP;
+        h->arch_name = "qwen4exp";
     } else {
-        snprintf(err, n, "config.json: model_type '%s' is not supported (qwen3_moe, qwen3_5_moe)",
-                 mt);
+        snprintf(err, n, "config.json: model_type '%s' is not supported (qwen3_moe, qwen3_5_moe, "
+                 "qwen4_exp)", mt);
         json_decref(top);
         return -1;
     }
@@ -275,8 +361,9 @@ int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
             c.bad = true;
         }
     }
-    if (!c.bad && h->arch == ARCH_QWEN35MOE) {
-        h->norm_topk = true;
+    if (!c.bad && h->arch == ARCH_QWEN4EXP) h->norm_topk = cfg_bool(&c, "norm_topk_prob", true);
+    if (!c.bad && h->arch != ARCH_QWEN3MOE) {
+        if (h->arch == ARCH_QWEN35MOE) h->norm_topk = true;
         h->ff_shexp = cfg_int(&c, "shared_expert_intermediate_size", 0, false, 0, big);
         h->lin_k_heads = cfg_int(&c, "linear_num_key_heads", 0, true, 1, 4096);
         h->lin_v_heads = cfg_int(&c, "linear_num_value_heads", 0, true, 1, 4096);
@@ -302,10 +389,16 @@ int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
             }
             for (int64_t i = 0; i < h->n_layer && !c.bad; i++) {
                 const char *s = json_string_value(json_array_get(lt, (size_t)i));
+                /* qwen4_exp names its QSA attention layers deepseek_sparse_attention, or
+                 * hybrid_indexed where the n-gram module sits on them */
+                const bool attn = s && (strcmp(s, "full_attention") == 0 ||
+                                        (h->arch == ARCH_QWEN4EXP &&
+                                         (strcmp(s, "deepseek_sparse_attention") == 0 ||
+                                          strcmp(s, "hybrid_indexed") == 0)));
                 if (s && strcmp(s, "linear_attention") == 0) h->recurrent[i] = true;
-                else if (!s || strcmp(s, "full_attention") != 0) {
-                    snprintf(err, n, "config.json: layer_types[%lld] is not linear_attention or "
-                             "full_attention", (long long)i);
+                else if (!attn) {
+                    snprintf(err, n, "config.json: layer_types[%lld] ('%s') is not a linear or "
+                             "full attention layer", (long long)i, s ? s : "?");
                     c.bad = true;
                 }
             }
@@ -320,6 +413,7 @@ int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
             if (fits) h->full_attn_interval = (int)k;
         }
     }
+    if (!c.bad && h->arch == ARCH_QWEN4EXP) cfg_qwen4exp(&c, h);
     json_decref(top);
     if (c.bad) {
         hf_config_free(h);
@@ -501,7 +595,7 @@ int hf_load_vocab(const char *dir, const hf_config *c, hf_vocab *v, note_fn note
     if (q35 && !q2) v->pre = "qwen35";
     else if (q2 && !q35) v->pre = "qwen2";
     else {
-        v->pre = c->arch == ARCH_QWEN35MOE ? "qwen35" : "qwen2";
+        v->pre = c->arch == ARCH_QWEN3MOE ? "qwen2" : "qwen35";
         conv_note(note, nctx, "tokenizer.json: pre-tokenizer regex not recognized; using '%s'",
                   v->pre);
     }
