@@ -13,7 +13,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude) # also right in a linked worktree
+grep -qx '/.devcarry/' "$EXCLUDE" 2>/dev/null || echo '/.devcarry/' >> "$EXCLUDE"
 B=build-cuda-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
 sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $B/default_model.S

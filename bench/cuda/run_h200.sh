@@ -201,6 +201,10 @@ if has prof; then
     say "prof sluice $(basename "$f") (graphs): rc=$?"; cat "$W/prof-tmp.log" >> "$OUT/prof.log"
     grep -E "^\| Q|graph replays" "$W/prof-tmp.log" | tail -3 >> "$OUT/summary.txt"
   done
+  # programmatic dependent launch off (SLUICE_CUDA_NO_PDL): what it saves per step
+  SLUICE_CUDA_NO_PDL=1 SLUICE_CUDA_GRAPH_TIMING=1 timeout 100 "$SL" bench -m "$P4" --gpu -p 512 -n 128 -r 2 > "$W/prof-tmp.log" 2>&1
+  say "prof sluice 4-layer (graphs, no PDL): rc=$?"; cat "$W/prof-tmp.log" >> "$OUT/prof.log"
+  grep -E "^\| Q|graph replays" "$W/prof-tmp.log" | tail -3 >> "$OUT/summary.txt"
   timeout 100 "$SL" bench -m "$P4" --gpu --no-graph -p 512 -n 128 -r 1 >> "$OUT/prof.log" 2>&1
   say "prof sluice 4-layer (no graphs): rc=$?"; grep -E "^\| Q" "$OUT/prof.log" | tail -1 >> "$OUT/summary.txt"
   if [ -f .devcarry/llama.tar.xz ]; then
@@ -264,8 +268,8 @@ if has quick35; then
   for i in $(seq 150); do [ -f "$Q35" ] && break; sleep 1; done
   say "quick35: synth $( [ -f "$Q35" ] && echo ready || echo MISSING) after $(($(date +%s) - t0))s"
   if [ -f "$Q35" ]; then
-    timeout 100 "$SL" bench -m "$Q35" --gpu -p 512 -n 64 -r 1 > "$OUT/quick35.log" 2>&1
-    say "quick35 sluice: rc=$?"; grep -E "^\| Q" "$OUT/quick35.log" | tail -1 >> "$OUT/summary.txt"
+    SLUICE_CUDA_GRAPH_TIMING=1 timeout 100 "$SL" bench -m "$Q35" --gpu -p 512 -n 64 -r 1 > "$OUT/quick35.log" 2>&1
+    say "quick35 sluice: rc=$?"; grep -E "^\| Q|graph replays" "$OUT/quick35.log" | tail -2 >> "$OUT/summary.txt"
     if [ -f .devcarry/llama.tar.xz ]; then
       mkdir -p "$W/llama" && tar xJf .devcarry/llama.tar.xz -C "$W/llama"
       LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 100 "$W/llama/bin/llama-bench" -m "$Q35" \

@@ -63,6 +63,10 @@ typedef struct backend_ops {
     /* out[t][r] = dot(row r of w, x[t]) for t < n, r < w->ne[1]; x rows have w->ne[0] values,
      * out rows have out_stride floats. Activations are encoded in the weight type's act_type. */
     void (*matmul)(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
+    /* out[i] = w[i] . x for i < nw (out[i] rows of w[i]->ne[1] floats), each exactly as matmul
+     * computes it; a backend may run them together. NULL: one matmul each. */
+    void (*matmul_multi)(backend *b, int nw, const tview *const *w, const float *x, int n,
+                         float *const *out);
     /* y = x / sqrt(mean(x^2) + eps) * w over rows of dim values (w: F32 view or NULL); y may be x */
     void (*rmsnorm)(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
                     float *y);
@@ -95,12 +99,24 @@ typedef struct backend_ops {
      * sequence into calls gives the same bits. */
     void (*conv1d_silu)(backend *b, const float *x, int n, int channels, const float *w,
                         int kernel, float *state, float *y);
+    /* Optional fusion of conv1d_silu over [q | k | v] rows (2 kd + vd channels) with the split
+     * and the per-head L2 norm of q and k (heads of dk): q, k rows of kd, v rows of vd, each
+     * value exactly as conv1d_silu, copy_rows and l2norm give it. false: not done (shape or
+     * backend), the caller runs those ops. */
+    bool (*gdn_conv_split)(backend *b, const float *x, int n, int kd, int vd, int dk,
+                           const float *w, int kernel, float *state, float eps, float *q,
+                           float *k, float *v);
     /* Gated delta rule over n tokens (see gdn_params). */
     void (*gated_delta)(backend *b, const float *q, const float *k, const float *v,
                         const float *g, const float *beta, float *state, const gdn_params *p,
                         float *out);
     /* x[r][i] *= sigmoid(g[r][g_dim == 1 ? 0 : i]) for r < n_rows, i < dim; g_dim is 1 or dim */
     void (*sigmoid_mul)(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
+    /* Optional fusion of a MoE layer's end, rows of dim: with s != NULL, s[r][i] *= sigmoid(
+     * g[r]) and y[r][i] += s[r][i]; then x[r][i] += y[r][i] (sigmoid_mul, add, add, the same
+     * bits). NULL: those ops one by one. */
+    void (*moe_tail)(backend *b, float *x, float *y, float *s, const float *g, int n_rows,
+                     int dim);
     /* Gated DeltaNet gates, per token t < n and value head h < n_head, in place:
      *   beta[t][h] = sigmoid(beta[t][h])
      *   alpha[t][h] = softplus(alpha[t][h] + dt_bias[h]) * a[h]   (log decay; a < 0 as stored) */
@@ -243,6 +259,15 @@ static inline void be_embed(backend *b, const tview *w, const int32_t *ids, int 
 static inline void be_matmul(backend *b, const tview *w, const float *x, int n, float *out) {
     b->ops->matmul(b, w, x, n, out, (int)w->ne[1]);
 }
+/* Several products of one input (see matmul_multi). */
+static inline void be_matmul_multi(backend *b, int nw, const tview *const *w, const float *x,
+                                   int n, float *const *out) {
+    if (b->ops->matmul_multi) {
+        b->ops->matmul_multi(b, nw, w, x, n, out);
+        return;
+    }
+    for (int i = 0; i < nw; i++) b->ops->matmul(b, w[i], x, n, out[i], (int)w[i]->ne[1]);
+}
 static inline void be_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim,
                               float eps, float *y) {
     b->ops->rmsnorm(b, x, w, n_rows, dim, eps, y);
@@ -282,6 +307,19 @@ static inline void be_gated_delta(backend *b, const float *q, const float *k, co
 static inline void be_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim,
                                   int g_dim) {
     b->ops->sigmoid_mul(b, x, g, n_rows, dim, g_dim);
+}
+/* x += y + s * sigmoid(g) (s, g optional), as the separate ops round it (see moe_tail). */
+static inline void be_moe_tail(backend *b, float *x, float *y, float *s, const float *g,
+                               int n_rows, int dim) {
+    if (b->ops->moe_tail) {
+        b->ops->moe_tail(b, x, y, s, g, n_rows, dim);
+        return;
+    }
+    if (s) {
+        b->ops->sigmoid_mul(b, s, g, n_rows, dim, 1);
+        b->ops->add(b, y, s, (size_t)n_rows * dim);
+    }
+    b->ops->add(b, x, y, (size_t)n_rows * dim);
 }
 static inline void be_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias,
                                 const float *a, int n, int n_head) {

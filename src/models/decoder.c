@@ -92,9 +92,9 @@ static void attention_block(const sluice_model *m, model_state *st, backend *be,
                             int pos0) {
     const hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
-    be_matmul(be, &L->wq, st->cur, n, st->q);
-    be_matmul(be, &L->wk, st->cur, n, st->k);
-    be_matmul(be, &L->wv, st->cur, n, st->v);
+    const tview *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *o[3] = {st->q, st->k, st->v};
+    be_matmul_multi(be, 3, w, st->cur, n, o);
     if (L->q_norm.data)
         be_rmsnorm(be, st->q, &L->q_norm, n * hp->n_head, hp->head_dim_k, hp->rms_eps, st->q);
     if (L->k_norm.data)
@@ -135,11 +135,11 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
         be_add(be, st->x, st->tmp, (size_t)n * E);
         be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (L->ffn_gate_inp.data) {
-            if (moe_forward(m, st, be, il, st->cur, n, st->tmp) != 0) return -1;
+            if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
         } else {
             dense_ffn(m, st, be, il, n);
+            be_add(be, st->x, st->tmp, (size_t)n * E);
         }
-        be_add(be, st->x, st->tmp, (size_t)n * E);
     }
     if (!logits) return 0; /* an intermediate prompt chunk */
     /* only the rows whose logits are wanted go through the output head */

@@ -103,6 +103,17 @@ static void split_ba(const hparams *hp, backend *be, const float *ba, int n, flo
     }
 }
 
+/* conv_out = [q | k | v] rows into lq, lk, lv; q and k L2-normalized per head. */
+static void gdn_split_norm(const hparams *hp, backend *be, struct hybrid_state *H, int n) {
+    const int Hk = hp->ssm_n_k_head, Dk = hp->ssm_d_k, KD = Hk * Dk;
+    const int VD = hp->ssm_n_v_head * hp->ssm_d_v, CD = hybrid_conv_dim(hp);
+    be_copy_rows(be, H->lq, (size_t)KD, H->conv_out, (size_t)CD, n, KD);
+    be_copy_rows(be, H->lk, (size_t)KD, H->conv_out + KD, (size_t)CD, n, KD);
+    be_copy_rows(be, H->lv, (size_t)VD, H->conv_out + 2 * KD, (size_t)CD, n, VD);
+    be_l2norm(be, H->lq, n * Hk, Dk, hp->rms_eps, H->lq);
+    be_l2norm(be, H->lk, n * Hk, Dk, hp->rms_eps, H->lk);
+}
+
 void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int il, int n) {
     const hparams *hp = &m->hp;
     const ssm_weights *S = &m->layers[il].ssm;
@@ -118,13 +129,20 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
         be_matmul(be, &S->in, st->cur, n, H->mix);
         split_legacy_qkvz(hp, be, H->mix, n, H->qkv, H->z);
     } else {
-        be_matmul(be, &S->qkv, st->cur, n, H->qkv);
-        be_matmul(be, &S->gate, st->cur, n, H->z);
+        if (!S->ba.data) { /* the four projections of one input together */
+            const tview *w[4] = {&S->qkv, &S->gate, &S->beta, &S->alpha};
+            float *o[4] = {H->qkv, H->z, H->beta, H->alpha};
+            be_matmul_multi(be, 4, w, st->cur, n, o);
+        } else {
+            const tview *w[2] = {&S->qkv, &S->gate};
+            float *o[2] = {H->qkv, H->z};
+            be_matmul_multi(be, 2, w, st->cur, n, o);
+        }
     }
     if (S->ba.data) {
         be_matmul(be, &S->ba, st->cur, n, H->ba);
         split_ba(hp, be, H->ba, n, H->beta, H->alpha);
-    } else {
+    } else if (S->in.data) {
         be_matmul(be, &S->beta, st->cur, n, H->beta);
         be_matmul(be, &S->alpha, st->cur, n, H->alpha);
     }
@@ -133,8 +151,13 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
     /* short causal convolution over q|k|v, then per-head q/k normalization; with checkpoints
      * token by token (the same per-token computation), keeping the state after each */
     const bool ck = H->ck_n > 0 && H->ck_n == n && n > 1;
-    if (!ck) {
+    if (!ck && be->ops->gdn_conv_split &&
+        be->ops->gdn_conv_split(be, H->qkv, n, KD, VD, Dk, S->conv1d.data, hp->ssm_kernel,
+                                conv_state, hp->rms_eps, H->lq, H->lk, H->lv)) {
+        /* convolution, split and q/k norms in one step (the same values) */
+    } else if (!ck) {
         be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);
+        gdn_split_norm(hp, be, H, n);
     } else {
         for (int t = 0; t < n; t++) {
             be_conv1d_silu(be, H->qkv + (size_t)t * CD, 1, CD, S->conv1d.data, hp->ssm_kernel,
@@ -142,12 +165,8 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
             be_copy_rows(be, H->ck_conv + ((size_t)t * H->n_rec + slot) * H->conv_len,
                          H->conv_len, conv_state, H->conv_len, 1, (int)H->conv_len);
         }
+        gdn_split_norm(hp, be, H, n);
     }
-    be_copy_rows(be, H->lq, (size_t)KD, H->conv_out, (size_t)CD, n, KD);
-    be_copy_rows(be, H->lk, (size_t)KD, H->conv_out + KD, (size_t)CD, n, KD);
-    be_copy_rows(be, H->lv, (size_t)VD, H->conv_out + 2 * KD, (size_t)CD, n, VD);
-    be_l2norm(be, H->lq, n * Hk, Dk, hp->rms_eps, H->lq);
-    be_l2norm(be, H->lk, n * Hk, Dk, hp->rms_eps, H->lk);
 
     /* the delta rule; one token is always the recurrence */
     gdn_params p = {.n_tok = n, .n_k_head = Hk, .n_v_head = Hv, .d_k = Dk, .d_v = Dv,

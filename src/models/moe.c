@@ -144,7 +144,7 @@ bool moe_host_free(const sluice_model *m, const model_state *st, const backend *
 }
 
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
-                int n, float *out) {
+                int n, float *out, float *residual) {
     const hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
     const int k = hp->n_expert_used, E = hp->n_embd;
@@ -154,7 +154,14 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     int32_t *ids = st->moe_ids + (size_t)il * st->n_batch * k;
     float *wts = st->moe_w + (size_t)il * st->n_batch * k;
 
-    be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
+    const bool shared = L->ffn_up_shexp.data != NULL;
+    if (shared && L->ffn_gate_inp_shexp.data) { /* the router and the shared expert's gate */
+        const tview *w[2] = {&L->ffn_gate_inp, &L->ffn_gate_inp_shexp};
+        float *o[2] = {st->router, st->shexp_gate};
+        be_matmul_multi(be, 2, w, x, n, o);
+    } else {
+        be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
+    }
     be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, wts);
 
     /* The expert table (device backends) needs the routing on the host only to prepare a
@@ -203,12 +210,14 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     }
 
     /* the shared expert first: its multiplications overlap the routed experts' reads */
-    const bool shared = L->ffn_up_shexp.data != NULL;
     if (shared) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
-        be_matmul(be, &L->ffn_gate_inp_shexp, x, n, st->shexp_gate);
-        be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
+        if (!L->ffn_gate_inp_shexp.data) { /* never: the loader requires it with the shared expert */
+            sluice_set_error("layer %d: shared expert without its gate", il);
+            return -1;
+        }
+        if (!residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
     }
 
     if (table) {
@@ -240,8 +249,12 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
     }
 
-    /* llama.cpp's order: routed sum + (shared output * gate) */
-    if (shared) be_add(be, out, st->shexp_out, (size_t)n * E);
+    /* llama.cpp's order: routed sum + (shared output * gate), then the residual */
+    if (residual)
+        be_moe_tail(be, residual, out, shared ? st->shexp_out : NULL,
+                    shared ? st->shexp_gate : NULL, n, E);
+    else if (shared)
+        be_add(be, out, st->shexp_out, (size_t)n * E);
     return 0;
 }
 

@@ -355,12 +355,12 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     const layer_weights *L = &m->layers[il];
     struct hybrid_state *H = st->hybrid;
     const int nh = hp->n_head, hd = hp->head_dim_k;
-    be_matmul(be, &L->wq, st->cur, n, H->qg);
+    const tview *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *o[3] = {H->qg, st->k, st->v};
+    be_matmul_multi(be, 3, w, st->cur, n, o);
     /* each head's rows are [query (hd) | gate (hd)] */
     be_copy_rows(be, st->q, (size_t)hd, H->qg, (size_t)2 * hd, n * nh, hd);
     be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
-    be_matmul(be, &L->wk, st->cur, n, st->k);
-    be_matmul(be, &L->wv, st->cur, n, st->v);
     be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
     be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
     be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
@@ -391,8 +391,7 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
         else gated_attention(m, st, be, il, n, pos0);
         be_add(be, st->x, st->tmp, (size_t)n * E);
         be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
-        if (moe_forward(m, st, be, il, st->cur, n, st->tmp) != 0) return -1;
-        be_add(be, st->x, st->tmp, (size_t)n * E);
+        if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
     }
     if (!logits) return 0; /* an intermediate prompt chunk */
     const float *rows = all_logits ? st->x : st->x + (size_t)(n - 1) * E;

@@ -205,6 +205,69 @@ static void test_matmul(backend *c, backend *g) {
                    (long long)K2, (long long)R2, worst);
             EXPECT(worst < 1e-4, "%s K %lld matmul: rel %.3g", quant_type_name(mix[ti]), (long long)K2, worst);
         }
+    /* several matrices of one input in one launch (matmul_multi): every output bit-identical
+     * to its own matmul, for 1..4 matrices of uneven heights, decode and small batches */
+    const uint32_t mtypes[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_BF16};
+    const int64_t mrows[4] = {300, 37, 8, 1};
+    for (size_t ti = 0; ti < sizeof mtypes / sizeof mtypes[0]; ti++) {
+        const int64_t K2 = 2048;
+        tview ws[4];
+        for (int m = 0; m < 4; m++) ws[m] = make_weight(mtypes[ti], K2, mrows[m], 0.3f);
+        const tview *wp[4] = {&ws[0], &ws[1], &ws[2], &ws[3]};
+        bool same = true;
+        for (int n = 1; n <= 8; n += 7)
+            for (int nw = 1; nw <= 4; nw++) {
+                float *x = rand_vec((size_t)n * K2, 1.0f);
+                float *xd = dev_copy(g, x, (size_t)n * K2 * sizeof *x);
+                float *od[4], *os[4];
+                for (int m = 0; m < nw; m++) {
+                    od[m] = be_alloc(g, (size_t)n * mrows[m] * sizeof(float));
+                    os[m] = be_alloc(g, (size_t)n * mrows[m] * sizeof(float));
+                    be_matmul(g, wp[m], xd, n, os[m]);
+                }
+                be_matmul_multi(g, nw, wp, xd, n, od);
+                for (int m = 0; m < nw; m++) {
+                    float *a = host_of(g, od[m], (size_t)n * mrows[m]), *b = host_of(g, os[m], (size_t)n * mrows[m]);
+                    same = same && memcmp(a, b, (size_t)n * mrows[m] * sizeof(float)) == 0;
+                    free(a); free(b);
+                    be_mfree(g, od[m]); be_mfree(g, os[m]);
+                }
+                free(x);
+                be_mfree(g, xd);
+            }
+        printf("  %-8s matmul_multi (1-4 matrices, n 1 and 8): %s\n", quant_type_name(mtypes[ti]),
+               same ? "bit-identical to one matmul each" : "DIFFERS");
+        EXPECT(same, "%s matmul_multi differs from matmul", quant_type_name(mtypes[ti]));
+    }
+    /* a decode-sized rmsnorm encodes its output for the next K-quant product itself: that
+     * product must equal one whose input was encoded by the encoder kernel (a copy of it) */
+    /* host weights stay allocated: the backend caches their uploads by host address */
+    float *nw_ = rand_vec((size_t)2048, 1.0f);
+    for (int rows = 1; rows <= 3; rows += 2) {
+        const int64_t D = 2048, R2 = 300;
+        tview w = make_weight(GGML_TYPE_Q4_K, D, R2, 0.3f);
+        float *x = rand_vec((size_t)rows * D, 2.0f);
+        tview wt = {.type = GGML_TYPE_F32, .ne = {D, 1, 1, 1}, .row_bytes = D * 4,
+                    .mat_bytes = D * 4, .data = nw_, .name = "norm"};
+        float *xd = dev_copy(g, x, (size_t)rows * D * 4), *yd = be_alloc(g, (size_t)rows * D * 4),
+              *y2 = be_alloc(g, (size_t)rows * D * 4), *o1 = be_alloc(g, (size_t)rows * R2 * 4),
+              *o2 = be_alloc(g, (size_t)rows * R2 * 4);
+        be_rmsnorm(g, xd, &wt, rows, (int)D, 1e-6f, yd);
+        be_matmul(g, &w, yd, rows, o1);
+        be_copy_rows(g, y2, (size_t)D, yd, (size_t)D, rows, (int)D);
+        be_matmul(g, &w, y2, rows, o2);
+        float *a = host_of(g, o1, (size_t)rows * R2), *b = host_of(g, o2, (size_t)rows * R2);
+        const bool same = memcmp(a, b, (size_t)rows * R2 * 4) == 0;
+        printf("  rmsnorm-encoded Q4_K product (%d rows): %s\n", rows, same ? "bit-identical" : "DIFFERS");
+        EXPECT(same, "rmsnorm's own Q8_K encoding differs from the encoder's (%d rows)", rows);
+        float *yc = malloc((size_t)rows * D * 4), *oc = malloc((size_t)rows * R2 * 4);
+        be_rmsnorm(c, x, &wt, rows, (int)D, 1e-6f, yc);
+        be_matmul(c, &w, yc, rows, oc);
+        const double e = rel_err(a, oc, (size_t)rows * R2);
+        EXPECT(e < 1e-4, "rmsnorm + Q4_K matmul vs CPU: rel %.3g", e);
+        free(a); free(b); free(x); free(yc); free(oc);
+        be_mfree(g, xd); be_mfree(g, yd); be_mfree(g, y2); be_mfree(g, o1); be_mfree(g, o2);
+    }
 }
 
 static void test_norm_rope_attn(backend *c, backend *g) {
@@ -291,6 +354,68 @@ static void test_ssm(backend *c, backend *g) {
         EXPECT(rel_err(yg, y, (size_t)n * C) < 1e-5 && rel_err(sg, st, (size_t)(K - 1) * C) == 0, "conv1d");
         free(x); free(st); free(y); free(yg); free(sg);
         be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
+    }
+    /* the fused conv + split + q/k norms against the three ops on the device, bit for bit
+     * (outputs and state), at the 35B-A3B shape and a small one, decode and a short prompt */
+    {
+        const int shapes[2][3] = {{2048, 4096, 128}, {128, 256, 64}}; /* kd, vd, dk */
+        for (int si = 0; si < 2; si++)
+            for (int n = 1; n <= 5; n += 4) {
+                const int kd = shapes[si][0], vd = shapes[si][1], dk = shapes[si][2], C = 2 * kd + vd, K = 4;
+                float *x = rand_vec((size_t)n * C, 1.0f), *w = rand_vec((size_t)C * K, 0.5f);
+                float *st = rand_vec((size_t)(K - 1) * C, 1.0f);
+                float *xd = dev_copy(g, x, (size_t)n * C * 4);
+                float *s1 = dev_copy(g, st, (size_t)(K - 1) * C * 4), *s2 = dev_copy(g, st, (size_t)(K - 1) * C * 4);
+                float *co = be_alloc(g, (size_t)n * C * 4);
+                float *q1 = be_alloc(g, (size_t)n * kd * 4), *k1 = be_alloc(g, (size_t)n * kd * 4),
+                      *v1 = be_alloc(g, (size_t)n * vd * 4), *q2 = be_alloc(g, (size_t)n * kd * 4),
+                      *k2 = be_alloc(g, (size_t)n * kd * 4), *v2 = be_alloc(g, (size_t)n * vd * 4);
+                be_conv1d_silu(g, xd, n, C, w, K, s1, co);
+                be_copy_rows(g, q1, (size_t)kd, co, (size_t)C, n, kd);
+                be_copy_rows(g, k1, (size_t)kd, co + kd, (size_t)C, n, kd);
+                be_copy_rows(g, v1, (size_t)vd, co + 2 * kd, (size_t)C, n, vd);
+                be_l2norm(g, q1, n * kd / dk, dk, 1e-6f, q1);
+                be_l2norm(g, k1, n * kd / dk, dk, 1e-6f, k1);
+                const bool done = g->ops->gdn_conv_split(g, xd, n, kd, vd, dk, w, K, s2, 1e-6f, q2, k2, v2);
+                bool same = done;
+                float *a[4] = {q1, k1, v1, s1}, *b2[4] = {q2, k2, v2, s2};
+                const size_t len[4] = {(size_t)n * kd, (size_t)n * kd, (size_t)n * vd, (size_t)(K - 1) * C};
+                for (int i = 0; i < 4 && same; i++) {
+                    float *ha = host_of(g, a[i], len[i]), *hb = host_of(g, b2[i], len[i]);
+                    same = memcmp(ha, hb, len[i] * 4) == 0;
+                    free(ha); free(hb);
+                }
+                printf("  conv + split + l2norm fused (kd %d vd %d dk %d n %d): %s\n", kd, vd, dk, n,
+                       !done ? "NOT RUN" : same ? "bit-identical to the three ops" : "DIFFERS");
+                EXPECT(same, "gdn_conv_split kd %d n %d", kd, n);
+                free(x); free(w); free(st);
+                be_mfree(g, xd); be_mfree(g, s1); be_mfree(g, s2); be_mfree(g, co);
+                be_mfree(g, q1); be_mfree(g, k1); be_mfree(g, v1); be_mfree(g, q2); be_mfree(g, k2); be_mfree(g, v2);
+            }
+    }
+    /* the fused end of a MoE layer (moe_tail) against sigmoid_mul, add, add, bit for bit */
+    for (int with_s = 0; with_s <= 1; with_s++) {
+        const int n = 3, E = 2048;
+        float *x = rand_vec((size_t)n * E, 1.0f), *y = rand_vec((size_t)n * E, 1.0f),
+              *sh = rand_vec((size_t)n * E, 1.0f), *gt = rand_vec((size_t)n, 3.0f);
+        float *x1 = dev_copy(g, x, (size_t)n * E * 4), *y1 = dev_copy(g, y, (size_t)n * E * 4),
+              *s1 = dev_copy(g, sh, (size_t)n * E * 4), *g1 = dev_copy(g, gt, (size_t)n * 4);
+        float *x2 = dev_copy(g, x, (size_t)n * E * 4), *y2 = dev_copy(g, y, (size_t)n * E * 4),
+              *s2 = dev_copy(g, sh, (size_t)n * E * 4);
+        if (with_s) {
+            be_sigmoid_mul(g, s1, g1, n, E, 1);
+            be_add(g, y1, s1, (size_t)n * E);
+        }
+        be_add(g, x1, y1, (size_t)n * E);
+        g->ops->moe_tail(g, x2, y2, with_s ? s2 : NULL, with_s ? g1 : NULL, n, E);
+        float *h1 = host_of(g, x1, (size_t)n * E), *h2 = host_of(g, x2, (size_t)n * E);
+        const bool same = memcmp(h1, h2, (size_t)n * E * 4) == 0;
+        printf("  moe_tail (%s shared expert): %s\n", with_s ? "with" : "without",
+               same ? "bit-identical to sigmoid_mul, add, add" : "DIFFERS");
+        EXPECT(same, "moe_tail with_s %d", with_s);
+        free(h1); free(h2); free(x); free(y); free(sh); free(gt);
+        be_mfree(g, x1); be_mfree(g, y1); be_mfree(g, s1); be_mfree(g, g1);
+        be_mfree(g, x2); be_mfree(g, y2); be_mfree(g, s2);
     }
     /* d_k 64 / 128 with 96 value rows (a partial row block), then the 35B-A3B heads (16 key,
      * 32 value heads of 128) over a 12-token prompt */

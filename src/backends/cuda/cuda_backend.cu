@@ -137,25 +137,11 @@ void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes) {
     }
 }
 
-qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) {
-    const int act = cuda_act_type(type);
-    if (act == QT_F32) { /* F32 weights read the activations as they are */
-        qact a;
-        memset(&a, 0, sizeof a);
-        a.f = x;
-        a.K = K;
-        a.act = QT_F32;
-        return a;
-    }
-    for (auto &e : c->acts)
-        if (e.valid && e.src == x && e.n == n && e.K == K && e.act == act) {
-            e.age = ++c->act_age;
-            return cuda_act_view(e.buf, n, K, act);
-        }
+/* The entry that will hold x's encoding: a free one that is large enough, else the least
+ * recently used large enough one, else any free one, else the least recently used (growing it). */
+static act_cache_entry *act_entry(cuda_backend *c, const float *x, int n, int64_t K, int act) {
     const size_t bytes = cuda_act_bytes(n, K, act);
     if (n <= 8 && bytes > c->act_small_max) c->act_small_max = bytes;
-    /* a free entry that is large enough, else the least recently used large enough one, else
-     * any free one, else the least recently used (growing it) */
     act_cache_entry *v = nullptr;
     for (auto &e : c->acts)
         if (!e.valid && e.cap >= bytes) {
@@ -187,14 +173,38 @@ qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) 
             abort();
         }
     }
-    cuda_quantize_act(c, x, n, K, act, v->buf);
     v->src = x;
     v->n = n;
     v->K = K;
     v->act = act;
     v->valid = true;
     v->age = ++c->act_age;
+    return v;
+}
+
+qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) {
+    const int act = cuda_act_type(type);
+    if (act == QT_F32) { /* F32 weights read the activations as they are */
+        qact a;
+        memset(&a, 0, sizeof a);
+        a.f = x;
+        a.K = K;
+        a.act = QT_F32;
+        return a;
+    }
+    for (auto &e : c->acts)
+        if (e.valid && e.src == x && e.n == n && e.K == K && e.act == act) {
+            e.age = ++c->act_age;
+            return cuda_act_view(e.buf, n, K, act);
+        }
+    act_cache_entry *v = act_entry(c, x, n, K, act);
+    cuda_quantize_act(c, x, n, K, act, v->buf);
     return cuda_act_view(v->buf, n, K, act);
+}
+
+qact cuda_act_reserve(cuda_backend *c, const float *x, int n, int64_t K, int act) {
+    cuda_act_invalidate_range(c, x, (size_t)n * (size_t)K * sizeof(float));
+    return cuda_act_view(act_entry(c, x, n, K, act)->buf, n, K, act);
 }
 
 /* ---- weights ---------------------------------------------------------------------------------- */
@@ -497,6 +507,8 @@ void cuda_table_flush(cuda_backend *c) {
     c->pending.clear();
 }
 
+bool cuda_pdl = false;
+
 static double wall_ms() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -662,6 +674,7 @@ static backend_ops make_ops() {
     o.free = op_free;
     o.embed = cuda_op_embed;
     o.matmul = cuda_op_matmul;
+    o.matmul_multi = cuda_op_matmul_multi;
     o.rmsnorm = cuda_op_rmsnorm;
     o.rope = cuda_op_rope;
     o.attention = cuda_op_attention;
@@ -672,6 +685,8 @@ static backend_ops make_ops() {
     o.conv1d_silu = cuda_op_conv1d_silu;
     o.gated_delta = cuda_op_gated_delta;
     o.sigmoid_mul = cuda_op_sigmoid_mul;
+    o.moe_tail = cuda_op_moe_tail;
+    o.gdn_conv_split = cuda_op_gdn_conv_split;
     o.gdn_gates = cuda_op_gdn_gates;
     o.alloc = op_alloc;
     o.mfree = op_mfree;
@@ -749,6 +764,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_graph = p->no_graph;
     c->profile = p->profile;
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
+    cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CU(cudaEventCreate(&c->ev0));

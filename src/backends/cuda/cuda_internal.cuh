@@ -31,6 +31,39 @@ void cuda_fail(const char *what, cudaError_t e, const char *file, int line);
     } while (0)
 #define CU_LAUNCH() CU(cudaPeekAtLastError())
 
+/* Programmatic dependent launch (sm_90): a kernel queued with pdl_launch may be started while
+ * the kernel before it is still running, so that launching and scheduling it overlap that
+ * kernel's tail; its first statement, pdl_wait, waits until the previous kernel has finished
+ * and its writes are visible, then lets the next kernel start launching. A decode step is a
+ * chain of ~33 small dependent kernels per layer, each a few microseconds long, so the launch
+ * gap between them is a large share of the step. Every kernel launched through pdl_launch must
+ * begin with pdl_wait (before any memory access); kernels launched plainly (<<<>>>) are fully
+ * ordered as before. SLUICE_CUDA_NO_PDL=1 turns it off (measurement, bisection). */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+extern bool cuda_pdl; /* set when a backend is created: sm_90 or later and not turned off */
+
+template <typename... KArgs, typename... Args>
+static inline void pdl_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &at;
+    cfg.numAttrs = cuda_pdl ? 1 : 0;
+    CU(cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...));
+}
+
 /* A host range the device reaches: an upload (dev = its device copy) or a pinned host range
  * (dev = the device address of the host memory). */
 struct cuda_range {
@@ -166,6 +199,63 @@ const void *cuda_dev(const cuda_backend *c, const void *p);
 const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes);
 /* Encoded activations of n rows of K floats at x for weight type `type` (cached). */
 qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type);
+/* A cache entry for x's encoding `act` (QT_Q8_K, ...) that the caller's own kernel fills (a
+ * producer that encodes its output as it writes it, saving the encoder's launch); valid once
+ * that kernel has run, which stream order guarantees for every later consumer. */
+qact cuda_act_reserve(cuda_backend *c, const float *x, int n, int64_t K, int act);
+/* Q8_K encoding of one block of 256 floats by one warp (lane = 0..31): codes, scale, the 16
+ * group sums (ggml's reference rule: the value of largest magnitude, the first on ties, maps to
+ * -127; round half to even; clamp at 127; d = 1 / iscale). The encoder kernel and producers that
+ * encode their own output share it, so both give the same bits. */
+__device__ __forceinline__ void q8k_block(const float *src, int lane, int8_t *qb, float *d, int *bs) {
+    src += lane * 8;
+    float v[8];
+    const float4 u0 = *reinterpret_cast<const float4 *>(src), u1 = *reinterpret_cast<const float4 *>(src + 4);
+    v[0] = u0.x; v[1] = u0.y; v[2] = u0.z; v[3] = u0.w;
+    v[4] = u1.x; v[5] = u1.y; v[6] = u1.z; v[7] = u1.w;
+    float am = -1.0f, mx = 0.0f;
+    int ai = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (fabsf(v[j]) > am) {
+            am = fabsf(v[j]);
+            ai = lane * 8 + j;
+            mx = v[j];
+        }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+        const float oam = __shfl_xor_sync(0xffffffffu, am, off);
+        const int oai = __shfl_xor_sync(0xffffffffu, ai, off);
+        const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
+        if (oam > am || (oam == am && oai < ai)) {
+            am = oam;
+            ai = oai;
+            mx = omx;
+        }
+    }
+    int8_t *qo = qb + lane * 8;
+    int s = 0;
+    if (am == 0.0f) {
+        *reinterpret_cast<uint2 *>(qo) = make_uint2(0, 0);
+    } else {
+        const float iscale = __fdiv_rn(-127.0f, mx);
+        uint32_t w0 = 0, w1 = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int qv = __float2int_rn(__fmul_rn(iscale, v[j]));
+            qv = qv > 127 ? 127 : qv;
+            s += qv;
+            if (j < 4) w0 |= (uint32_t)(qv & 0xff) << (8 * j);
+            else w1 |= (uint32_t)(qv & 0xff) << (8 * (j - 4));
+        }
+        *reinterpret_cast<uint2 *>(qo) = make_uint2(w0, w1);
+        if (lane == 0) *d = __fdiv_rn(1.0f, iscale);
+    }
+    if (am == 0.0f && lane == 0) *d = 0.0f;
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1) == 0) bs[lane / 2] = s;
+}
+
 /* Forget cached encodings (any op that writes memory calls it, unless it is known not to
  * touch a cached source). */
 void cuda_act_invalidate(cuda_backend *c);
@@ -216,6 +306,11 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
 
 void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out);
 void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
+void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim);
+bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
+                            int kernel, float *state, float eps, float *q, float *k, float *v);
+void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float *x, int n,
+                          float *const *out);
 void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x, int n,
                            float *out);
 

@@ -80,60 +80,17 @@ qact cuda_act_view(void *buf, int n, int64_t K, int act) {
 /* Q8_K, one warp per 256 values (ggml's reference rule: the value of largest magnitude, the
  * first on ties, maps to -127; round half to even; clamp at 127; d = 1 / iscale). */
 __global__ void k_quant_q8k(const float *x, int64_t nblk, int8_t *q, float *d, int *bs) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (wid >= nblk) return;
-    const float *src = x + wid * 256 + lane * 8;
-    float v[8];
-    const float4 u0 = *reinterpret_cast<const float4 *>(src), u1 = *reinterpret_cast<const float4 *>(src + 4);
-    v[0] = u0.x; v[1] = u0.y; v[2] = u0.z; v[3] = u0.w;
-    v[4] = u1.x; v[5] = u1.y; v[6] = u1.z; v[7] = u1.w;
-    float am = -1.0f, mx = 0.0f;
-    int ai = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        if (fabsf(v[j]) > am) {
-            am = fabsf(v[j]);
-            ai = lane * 8 + j;
-            mx = v[j];
-        }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) {
-        const float oam = __shfl_xor_sync(0xffffffffu, am, off);
-        const int oai = __shfl_xor_sync(0xffffffffu, ai, off);
-        const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
-        if (oam > am || (oam == am && oai < ai)) {
-            am = oam;
-            ai = oai;
-            mx = omx;
-        }
-    }
-    int8_t *qo = q + wid * 256 + lane * 8;
-    int s = 0;
-    if (am == 0.0f) {
-        *reinterpret_cast<uint2 *>(qo) = make_uint2(0, 0);
-    } else {
-        const float iscale = __fdiv_rn(-127.0f, mx);
-        uint32_t w0 = 0, w1 = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int qv = __float2int_rn(__fmul_rn(iscale, v[j]));
-            qv = qv > 127 ? 127 : qv;
-            s += qv;
-            if (j < 4) w0 |= (uint32_t)(qv & 0xff) << (8 * j);
-            else w1 |= (uint32_t)(qv & 0xff) << (8 * (j - 4));
-        }
-        *reinterpret_cast<uint2 *>(qo) = make_uint2(w0, w1);
-        if (lane == 0) d[wid] = __fdiv_rn(1.0f, iscale);
-    }
-    if (am == 0.0f && lane == 0) d[wid] = 0.0f;
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    if ((lane & 1) == 0) bs[wid * 16 + lane / 2] = s;
+    q8k_block(x + wid * 256, lane, q + wid * 256, d + wid, bs + wid * 16);
 }
 
 /* Q8_0, one warp per 32 values: d = amax / 127 stored as f16, q = round half to even of
  * x * (127 / amax), the CPU encoder's recipe (llama.cpp's x86 one, formats/quant_legacy.c). */
 __global__ void k_quant_q80(const float *x, int64_t nblk, int8_t *q, float *d) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (wid >= nblk) return;
@@ -148,6 +105,7 @@ __global__ void k_quant_q80(const float *x, int64_t nblk, int8_t *q, float *d) {
 }
 
 template <int ACT> __global__ void k_round_act(const float *x, int64_t n, float *f) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if constexpr (ACT == QT_F16) f[i] = __half2float(__float2half_rn(x[i]));
@@ -159,15 +117,15 @@ void cuda_quantize_act(cuda_backend *c, const float *x, int n, int64_t K, int ac
     const int64_t total = (int64_t)n * K;
     if (act == QT_Q8_K) {
         const int64_t nb = total / 256;
-        k_quant_q8k<<<cdiv(nb * 32, 256), 256, 0, c->stream>>>(x, nb, (int8_t *)a.q, (float *)a.d,
+        pdl_launch(k_quant_q8k, cdiv(nb * 32, 256), 256, 0, c->stream, x, nb, (int8_t *)a.q, (float *)a.d,
                                                               (int *)a.bs);
     } else if (act == QT_Q8_0) {
         const int64_t nb = total / 32;
-        k_quant_q80<<<cdiv(nb * 32, 256), 256, 0, c->stream>>>(x, nb, (int8_t *)a.q, (float *)a.d);
+        pdl_launch(k_quant_q80, cdiv(nb * 32, 256), 256, 0, c->stream, x, nb, (int8_t *)a.q, (float *)a.d);
     } else if (act == QT_F16) {
-        k_round_act<QT_F16><<<cdiv(total, 256), 256, 0, c->stream>>>(x, total, (float *)a.f);
+        pdl_launch(k_round_act<QT_F16>, cdiv(total, 256), 256, 0, c->stream, x, total, (float *)a.f);
     } else if (act == QT_BF16) {
-        k_round_act<QT_BF16><<<cdiv(total, 256), 256, 0, c->stream>>>(x, total, (float *)a.f);
+        pdl_launch(k_round_act<QT_BF16>, cdiv(total, 256), 256, 0, c->stream, x, total, (float *)a.f);
     } else {
         CU(cudaMemcpyAsync((void *)a.f, x, (size_t)total * 4, cudaMemcpyDeviceToDevice, c->stream));
     }
@@ -175,6 +133,8 @@ void cuda_quantize_act(cuda_backend *c, const float *x, int n, int64_t K, int ac
 }
 
 /* ---- matvec ------------------------------------------------------------------------------------ */
+
+#define MV_MULTI_MAX 4
 
 struct mv_args {
     mm_src s, s2;
@@ -184,7 +144,37 @@ struct mv_args {
     float *out;
     int64_t ostride;
     const qtables *tb;
+    /* several matrices of one type and K on the same input, one launch (cuda_op_matmul_multi):
+     * matrix m owns blocks mboff[m] .. mboff[m + 1] - 1; nm <= 1: the single matrix above */
+    int nm;
+    const uint8_t *mw[MV_MULTI_MAX];
+    int64_t mrows[MV_MULTI_MAX];
+    float *mout[MV_MULTI_MAX];
+    unsigned mboff[MV_MULTI_MAX + 1];
 };
+
+/* The matrix this block works on, its rows, output, and the block's index within it. */
+struct mv_part {
+    mm_src s;
+    int64_t rows;
+    float *out;
+    int64_t ostride;
+    unsigned bx;
+};
+
+__device__ __forceinline__ mv_part mv_pick(const mv_args &A) {
+    mv_part p = {A.s, A.rows, A.out, A.ostride, blockIdx.x};
+    if (A.nm > 1) {
+        int m = 0;
+        while (m + 1 < A.nm && p.bx >= A.mboff[m + 1]) m++;
+        p.s.w = A.mw[m];
+        p.rows = A.mrows[m];
+        p.out = A.mout[m];
+        p.ostride = A.mrows[m];
+        p.bx -= A.mboff[m];
+    }
+    return p;
+}
 
 __device__ __forceinline__ float silu_mul(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
@@ -210,12 +200,14 @@ __device__ __forceinline__ const uint8_t *row_ptr(const mm_src &s, int j, int64_
 
 template <int T, int NT, bool DUAL>
 __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = 32 / LPB;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + warp;
-    if (row >= A.rows) return;
+    const mv_part P = mv_pick(A);
+    const int64_t row = (int64_t)P.bx * 4 + warp;
+    if (row >= P.rows) return;
     const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
-    const uint8_t *w = row_ptr(A.s, j0, row);
+    const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
     const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
@@ -294,7 +286,7 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
     if (lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < nt) A.out[(size_t)(j0 + t) * A.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+            if (t < nt) P.out[(size_t)(j0 + t) * P.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
 }
 
 template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_t i) {
@@ -303,54 +295,49 @@ template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_
     else return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(r)[i]);
 }
 
-/* Float weights: lane l sums elements l, l + 32, ... (products of the rounded activations),
- * then the butterfly. */
+/* Float weights: one block per output row, its 4 warps on 4 consecutive quarters of K (a
+ * decode-sized product is latency-bound: with a warp per row a 2048-wide F32 row took 8.5 us,
+ * eight memory round trips; a quarter row is 16 elements per lane, loaded together). Within a
+ * quarter lane l sums elements l, l + 32, ... in order, then the butterfly; the quarters' sums
+ * are added in quarter order. The order depends on K alone, never on the tokens or the batch. */
 template <int WT, int NT, bool DUAL>
 __global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    __shared__ float part[4][NT], part2[4][NT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + warp;
-    if (row >= A.rows) return;
+    const mv_part P = mv_pick(A);
+    const int64_t row = P.bx;
     const int j0 = blockIdx.y * NT;
-    const uint8_t *w = row_ptr(A.s, j0, row);
+    const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
     const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
+    const int64_t q = A.K / 4, i_beg = warp * q, i_end = warp == 3 ? A.K : i_beg + q;
     float acc[NT], acc2[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = acc2[t] = 0.0f;
-    /* U elements per lane are loaded before any is added (the adds stay in element order): with
-     * one load in flight at a time a 2048-wide F32 row took 8.5 us, all of it memory latency */
-    constexpr int U = 8;
-    int64_t i0 = lane;
-    for (; i0 + (U - 1) * 32 < A.K; i0 += U * 32) {
+    constexpr int U = NT == 1 ? 16 : 4; /* loads in flight per lane before the adds */
+    for (int64_t i0 = i_beg + lane; i0 < i_end; i0 += U * 32) {
         float wv[U], wv2[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            wv[u] = wval<WT>(w, i0 + u * 32);
-            wv2[u] = DUAL ? wval<WT>(w2, i0 + u * 32) : 0.0f;
+            const int64_t i = i0 + u * 32;
+            wv[u] = i < i_end ? wval<WT>(w, i) : 0.0f;
+            wv2[u] = DUAL && i < i_end ? wval<WT>(w2, i) : 0.0f;
         }
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < nt) {
-                const float *ar = A.a.f + (size_t)(arow0 + t) * A.K + i0;
+                const float *ar = A.a.f + (size_t)(arow0 + t) * A.K;
                 float av[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) av[u] = ar[u * 32];
+                for (int u = 0; u < U; u++) av[u] = i0 + u * 32 < i_end ? ar[i0 + u * 32] : 0.0f;
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    acc[t] = __fadd_rn(acc[t], __fmul_rn(wv[u], av[u]));
-                    if (DUAL) acc2[t] = __fadd_rn(acc2[t], __fmul_rn(wv2[u], av[u]));
-                }
-            }
-    }
-    for (int64_t i = i0; i < A.K; i += 32) {
-        const float wv = wval<WT>(w, i), wv2 = DUAL ? wval<WT>(w2, i) : 0.0f;
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < nt) {
-                const float a = A.a.f[(size_t)(arow0 + t) * A.K + i];
-                acc[t] = __fadd_rn(acc[t], __fmul_rn(wv, a));
-                if (DUAL) acc2[t] = __fadd_rn(acc2[t], __fmul_rn(wv2, a));
+                for (int u = 0; u < U; u++)
+                    if (i0 + u * 32 < i_end) {
+                        acc[t] = __fadd_rn(acc[t], __fmul_rn(wv[u], av[u]));
+                        if (DUAL) acc2[t] = __fadd_rn(acc2[t], __fmul_rn(wv2[u], av[u]));
+                    }
             }
     }
 #pragma unroll
@@ -362,13 +349,32 @@ __global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
         }
     if (lane == 0)
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < nt) A.out[(size_t)(j0 + t) * A.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+        for (int t = 0; t < NT; t++) part[warp][t] = acc[t], part2[warp][t] = acc2[t];
+    __syncthreads();
+    if (threadIdx.x < nt) {
+        const int t = threadIdx.x;
+        const float y = __fadd_rn(__fadd_rn(__fadd_rn(part[0][t], part[1][t]), part[2][t]), part[3][t]);
+        if (DUAL) {
+            const float y2 = __fadd_rn(__fadd_rn(__fadd_rn(part2[0][t], part2[1][t]), part2[2][t]), part2[3][t]);
+            P.out[(size_t)(j0 + t) * P.ostride + row] = silu_mul(y, y2);
+        } else {
+            P.out[(size_t)(j0 + t) * P.ostride + row] = y;
+        }
+    }
 }
 
-template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_args &a, int nt) {
-    dim3 grid(cdiv((size_t)a.rows, 4), cdiv((size_t)a.n, (size_t)nt));
-    kern<<<grid, 128, 0, c->stream>>>(a);
+/* rpb output rows per block: the grid (x) for one matrix, or the block offsets of several */
+static unsigned mv_blocks(mv_args &a, unsigned rpb) {
+    if (a.nm <= 1) return cdiv((size_t)a.rows, rpb);
+    a.mboff[0] = 0;
+    for (int m = 0; m < a.nm; m++) a.mboff[m + 1] = a.mboff[m] + cdiv((size_t)a.mrows[m], rpb);
+    return a.mboff[a.nm];
+}
+
+template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_args &args, int nt) {
+    mv_args a = args;
+    dim3 grid(mv_blocks(a, 4), cdiv((size_t)a.n, (size_t)nt));
+    pdl_launch(kern, grid, 128, 0, c->stream, a);
     CU_LAUNCH();
 }
 
@@ -383,14 +389,21 @@ template <int T> static void mv_q(cuda_backend *c, const mv_args &a, bool dual) 
     }
 }
 
+template <int WT, int NT, bool DUAL> static void launch_mv_f(cuda_backend *c, const mv_args &args) {
+    mv_args a = args;
+    dim3 grid(mv_blocks(a, 1), cdiv((size_t)a.n, (size_t)NT));
+    pdl_launch(k_mv_f<WT, NT, DUAL>, grid, 128, 0, c->stream, a);
+    CU_LAUNCH();
+}
+
 template <int WT> static void mv_f(cuda_backend *c, const mv_args &a, bool dual) {
     const bool grouped = a.s.table != nullptr;
     if (grouped || a.n == 1) {
-        if (dual) launch_mv(k_mv_f<WT, 1, true>, c, a, 1);
-        else launch_mv(k_mv_f<WT, 1, false>, c, a, 1);
+        if (dual) launch_mv_f<WT, 1, true>(c, a);
+        else launch_mv_f<WT, 1, false>(c, a);
     } else {
-        if (dual) launch_mv(k_mv_f<WT, 8, true>, c, a, 8);
-        else launch_mv(k_mv_f<WT, 8, false>, c, a, 8);
+        if (dual) launch_mv_f<WT, 8, true>(c, a);
+        else launch_mv_f<WT, 8, false>(c, a);
     }
 }
 
@@ -406,6 +419,7 @@ void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const 
     A.out = out;
     A.ostride = ostride;
     A.tb = c->tables;
+    A.nm = 0;
     const bool dual = s2 != nullptr;
     switch (type) {
 #define MV_CASE(T)                                                                               \
@@ -477,6 +491,7 @@ template <int T> struct tile_smem {
 
 template <int T>
 __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
     constexpr bool MIN = qtraits<T>::MIN;
     using L = tile_smem<T>;
@@ -643,6 +658,7 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
  * each), 32 values of K per step, each output a sequential fused sum over K. */
 template <int WT>
 __global__ void __launch_bounds__(256) k_mm_f(tile_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ float Ws[64][33], As[64][33];
     __shared__ int Arow[64], Orow[64];
     const uint8_t *wbase = tile_setup(A, Arow, Orow);
@@ -696,13 +712,13 @@ template <int T> static void mm_q(cuda_backend *c, const tile_args &a, unsigned 
         attr = true;
     }
     dim3 grid(cdiv((size_t)a.rows, 64), gy);
-    k_mm_q<T><<<grid, 128, tile_smem<T>::BYTES, c->stream>>>(a);
+    pdl_launch(k_mm_q<T>, grid, 128, tile_smem<T>::BYTES, c->stream, a);
     CU_LAUNCH();
 }
 
 template <int WT> static void mm_f(cuda_backend *c, const tile_args &a, unsigned gy) {
     dim3 grid(cdiv((size_t)a.rows, 64), gy);
-    k_mm_f<WT><<<grid, 256, 0, c->stream>>>(a);
+    pdl_launch(k_mm_f<WT>, grid, 256, 0, c->stream, a);
     CU_LAUNCH();
 }
 
@@ -771,6 +787,63 @@ void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *ou
     cuda_prof_end(c, n == 1 ? "matmul (1 row)" : n <= 8 ? "matmul (<= 8 rows)" : "matmul (tiled)");
 }
 
+/* Products of one input by several matrices: runs of the same type and width that take the
+ * matrix-vector path go out as one launch (each row computed exactly as alone); the rest one
+ * by one. A decode step's layer input meets 2-4 such matrices (the linear-attention input
+ * projections, q/k/v, the router and the shared expert's gate), each launch ~3-5 us. */
+void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float *x, int n,
+                          float *const *out) {
+    cuda_backend *c = CB(b);
+    for (int i = 0; i < nw;) {
+        const int64_t K = w[i]->ne[0];
+        int j = i + 1;
+        while (j < nw && j - i < MV_MULTI_MAX && w[j]->type == w[i]->type && w[j]->ne[0] == K &&
+               w[j]->row_bytes == w[i]->row_bytes)
+            j++;
+        if (j - i == 1 || use_tiled(w[i]->type, K, n)) {
+            for (; i < j; i++) cuda_op_matmul(b, w[i], x, n, out[i], (int)w[i]->ne[1]);
+            continue;
+        }
+        for (int k = i; k < j; k++) check_type(w[k]);
+        cuda_prof_begin(c);
+        mv_args A;
+        memset(&A, 0, sizeof A);
+        A.s.row_bytes = w[i]->row_bytes;
+        A.s.act_div = 1;
+        A.s2 = A.s;
+        A.a = cuda_act(c, x, n, K, w[i]->type);
+        if (A.a.act == QT_F32) A.a.f = x;
+        A.K = K;
+        A.n = n;
+        A.tb = c->tables;
+        A.nm = j - i;
+        for (int k = i; k < j; k++) {
+            const int m = k - i;
+            A.mw[m] = (const uint8_t *)cuda_weight(c, w[k]->data, w[k]->row_bytes * (size_t)w[k]->ne[1]);
+            A.mrows[m] = w[k]->ne[1];
+            A.mout[m] = out[k];
+        }
+        A.s.w = A.mw[0];
+        A.rows = A.mrows[0];
+        A.out = A.mout[0];
+        A.ostride = A.mrows[0];
+        switch (w[i]->type) {
+#define MV_CASE(T)                                                                               \
+    case T: mv_q<T>(c, A, false); break;
+            CUDA_QTYPES(MV_CASE)
+#undef MV_CASE
+        case QT_F32: mv_f<QT_F32>(c, A, false); break;
+        case QT_F16: mv_f<QT_F16>(c, A, false); break;
+        case QT_BF16: mv_f<QT_BF16>(c, A, false); break;
+        default: abort(); /* check_type refused it */
+        }
+        for (int k = i; k < j; k++)
+            cuda_act_invalidate_range(c, out[k], (size_t)n * (size_t)w[k]->ne[1] * sizeof(float));
+        cuda_prof_end(c, n == 1 ? "matmul (1 row, several)" : "matmul (<= 8 rows, several)");
+        i = j;
+    }
+}
+
 void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x, int n,
                            float *out) {
     cuda_backend *c = CB(b);
@@ -810,6 +883,7 @@ void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const
 template <int T>
 __global__ void k_embed_q(const uint8_t *w, size_t row_bytes, const int32_t *ids, int64_t E,
                           float *out, const qtables *tb) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int t = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= E) return;
@@ -818,6 +892,7 @@ __global__ void k_embed_q(const uint8_t *w, size_t row_bytes, const int32_t *ids
 
 template <int WT>
 __global__ void k_embed_f(const uint8_t *w, size_t row_bytes, const int32_t *ids, int64_t E, float *out) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int t = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= E) return;
@@ -829,12 +904,12 @@ static void embed_launch(cuda_backend *c, uint32_t type, const uint8_t *w, size_
     dim3 grid(cdiv((size_t)E, 256), n);
     switch (type) {
 #define EM_CASE(T)                                                                               \
-    case T: k_embed_q<T><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out, c->tables); break;
+    case T: pdl_launch(k_embed_q<T>, grid, 256, 0, c->stream, w, rb, ids, E, out, c->tables); break;
         CUDA_QTYPES(EM_CASE)
 #undef EM_CASE
-    case QT_F32: k_embed_f<QT_F32><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
-    case QT_F16: k_embed_f<QT_F16><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
-    case QT_BF16: k_embed_f<QT_BF16><<<grid, 256, 0, c->stream>>>(w, rb, ids, E, out); break;
+    case QT_F32: pdl_launch(k_embed_f<QT_F32>, grid, 256, 0, c->stream, w, rb, ids, E, out); break;
+    case QT_F16: pdl_launch(k_embed_f<QT_F16>, grid, 256, 0, c->stream, w, rb, ids, E, out); break;
+    case QT_BF16: pdl_launch(k_embed_f<QT_BF16>, grid, 256, 0, c->stream, w, rb, ids, E, out); break;
     default: abort();
     }
     CU_LAUNCH();

@@ -25,6 +25,7 @@
  * by repeated arg-max (ties: the lower id); renormalization with a double sum in slot order. */
 __global__ void __launch_bounds__(ROUTE_THREADS)
     k_route(float *logits, int n_expert, int k, bool norm, int32_t *ids, float *w) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ double dsum[ROUTE_THREADS];
     __shared__ float fred[ROUTE_THREADS];
     __shared__ int ired[ROUTE_THREADS];
@@ -108,6 +109,7 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 template <int VPL>
 __global__ void __launch_bounds__(128) k_route_warp(float *logits, int n, int n_expert, int k, bool norm,
                                                     int32_t *ids, float *w) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (t >= n) return;
     float *p = logits + (size_t)t * n_expert;
@@ -194,13 +196,13 @@ void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bo
     cuda_prof_begin(c);
     const int vpl = (n_expert + 31) / 32;
     const unsigned grid = cdiv((size_t)n * 32, 128);
-    if (k > 32 || getenv("SLUICE_CUDA_BLOCK_ROUTER")) k_route<<<n, ROUTE_THREADS, 0, c->stream>>>(logits, n_expert, k, norm, ids, w);
-    else if (vpl <= 1) k_route_warp<1><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
-    else if (vpl <= 2) k_route_warp<2><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
-    else if (vpl <= 4) k_route_warp<4><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
-    else if (vpl <= 8) k_route_warp<8><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
-    else if (vpl <= 16) k_route_warp<16><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
-    else k_route_warp<32><<<grid, 128, 0, c->stream>>>(logits, n, n_expert, k, norm, ids, w);
+    if (k > 32 || getenv("SLUICE_CUDA_BLOCK_ROUTER")) pdl_launch(k_route, n, ROUTE_THREADS, 0, c->stream, logits, n_expert, k, norm, ids, w);
+    else if (vpl <= 1) pdl_launch(k_route_warp<1>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 2) pdl_launch(k_route_warp<2>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 4) pdl_launch(k_route_warp<4>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 8) pdl_launch(k_route_warp<8>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
+    else if (vpl <= 16) pdl_launch(k_route_warp<16>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
+    else pdl_launch(k_route_warp<32>, grid, 128, 0, c->stream, logits, n, n_expert, k, norm, ids, w);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, logits, (size_t)n * n_expert * sizeof(float));
     cuda_act_invalidate_range(c, w, (size_t)n * k * sizeof(float));
@@ -216,6 +218,7 @@ void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bo
 __global__ void __launch_bounds__(GROUP_THREADS)
     k_group(const int32_t *ids, int nk, int n_expert, int32_t *list, int32_t *tile_exp,
             int32_t *tile_off, int32_t *tile_cnt, int32_t *n_tiles) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ int cnt[1024], base[1024], cur[1024], tb[1024];
     const int tid = threadIdx.x;
     for (int e = tid; e < n_expert; e += GROUP_THREADS) {
@@ -251,6 +254,7 @@ __global__ void __launch_bounds__(GROUP_THREADS)
 /* ---- combine ------------------------------------------------------------------------------------ */
 
 __global__ void k_combine(const float *y, const float *w, int n, int k, int width, float *out) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= width) return;
@@ -264,7 +268,7 @@ __global__ void k_combine(const float *y, const float *w, int n, int k, int widt
 void cuda_moe_combine(cuda_backend *c, const float *y, const float *w, int n, int k, int width,
                       float *out) {
     dim3 grid(cdiv((size_t)width, 256), n);
-    k_combine<<<grid, 256, 0, c->stream>>>(y, w, n, k, width, out);
+    pdl_launch(k_combine, grid, 256, 0, c->stream, y, w, n, k, width, out);
     CU_LAUNCH();
 }
 
@@ -339,7 +343,7 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
             fprintf(stderr, "sluice: CUDA expert grouping supports up to 1024 experts\n");
             return nullptr;
         }
-        k_group<<<1, GROUP_THREADS, 0, c->stream>>>(ids, slots, c->n_expert, (int32_t *)g.list,
+        pdl_launch(k_group, 1, GROUP_THREADS, 0, c->stream, ids, slots, c->n_expert, (int32_t *)g.list,
                                                    (int32_t *)g.tile_exp, (int32_t *)g.tile_off,
                                                    (int32_t *)g.tile_cnt, (int32_t *)g.n_tiles);
         CU_LAUNCH();

@@ -19,7 +19,9 @@
  * single 2048-wide row was latency-bound at 27 us with one warp and a serial loop), then a fixed
  * butterfly per warp, then the warps' sums in warp order. */
 template <bool L2, int NT>
-__global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int dim, float eps, float *y) {
+__global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int dim, float eps, float *y,
+                                             int8_t *q, float *qd, int *qbs) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int NW = NT / 32;
     __shared__ double part[NW];
     __shared__ float scale_s;
@@ -58,15 +60,37 @@ __global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int
         const float v = __fmul_rn(xr[j], scale);
         yr[j] = w ? __fmul_rn(v, w[j]) : v;
     }
+    if (q) { /* the Q8_K encoding of the row for the matrix product that follows */
+        __syncthreads(); /* the block's writes of yr are visible to all its threads */
+        const int nb = dim / 256;
+        for (int b = warp; b < nb; b += NW) {
+            const size_t blk = (size_t)row * nb + b;
+            q8k_block(yr + b * 256, lane, q + blk * 256, qd + blk, qbs + blk * 16);
+        }
+    }
 }
+
+/* Rows this short and this few (a decode step) also get their Q8_K encoding from the norm
+ * kernel: the encoder's own launch was ~3 us of a ~130 us layer, twice per layer. */
+#define NORM_ENCODE_MAX_ROWS 8
 
 template <bool L2>
 static void launch_norm(cuda_backend *c, const float *x, const float *w, int n_rows, int dim, float eps,
                         float *y) {
     if (n_rows <= 0) return;
-    if (dim >= 1024) k_norm<L2, 256><<<n_rows, 256, 0, c->stream>>>(x, w, dim, eps, y);
-    else if (dim >= 256) k_norm<L2, 64><<<n_rows, 64, 0, c->stream>>>(x, w, dim, eps, y);
-    else k_norm<L2, 32><<<n_rows, 32, 0, c->stream>>>(x, w, dim, eps, y);
+    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
+    int8_t *q = nullptr;
+    float *qd = nullptr;
+    int *qbs = nullptr;
+    if (!L2 && dim >= 1024 && dim % 256 == 0 && n_rows <= NORM_ENCODE_MAX_ROWS) {
+        const qact a = cuda_act_reserve(c, y, n_rows, dim, QT_Q8_K);
+        q = (int8_t *)a.q;
+        qd = (float *)a.d;
+        qbs = (int *)a.bs;
+    }
+    if (dim >= 1024) pdl_launch(k_norm<L2, 256>, n_rows, 256, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
+    else if (dim >= 256) pdl_launch(k_norm<L2, 64>, n_rows, 64, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
+    else pdl_launch(k_norm<L2, 32>, n_rows, 32, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
     CU_LAUNCH();
 }
 
@@ -76,7 +100,6 @@ void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int
     cuda_prof_begin(c);
     const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
     launch_norm<false>(c, x, wd, n_rows, dim, eps, y);
-    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
     cuda_prof_end(c, "rmsnorm");
 }
 
@@ -84,7 +107,6 @@ void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, 
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
     launch_norm<true>(c, x, nullptr, n_rows, dim, eps, y);
-    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
     cuda_prof_end(c, "l2norm");
 }
 
@@ -92,6 +114,7 @@ void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, 
 
 __global__ void k_rope(float *x, int n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
                        float theta_scale, int neox) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int half = n_rot / 2;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_tok * n_head * half) return;
@@ -114,7 +137,7 @@ void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int
     cuda_prof_begin(c);
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* the CPU's value */
     const int64_t total = (int64_t)n_tok * n_head * (n_rot / 2);
-    k_rope<<<cdiv(total, 256), 256, 0, c->stream>>>(x, n_tok, n_head, head_dim, n_rot, pos, theta_scale,
+    pdl_launch(k_rope, cdiv(total, 256), 256, 0, c->stream, x, n_tok, n_head, head_dim, n_rot, pos, theta_scale,
                                                     mode == ROPE_NEOX);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, x, (size_t)n_tok * n_head * head_dim * sizeof(float));
@@ -144,6 +167,7 @@ struct att_args {
 
 template <int DV>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     extern __shared__ float sm[];
     const int hd = A.hd, hdv = A.hd_v;
     float *Kt = sm;                        /* [hd][33] */
@@ -256,6 +280,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
 
 /* One block per (token, head): the splits in order. */
 __global__ void k_attn_combine(const float *part, int splits, int hdv, float *out) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const size_t row = blockIdx.x;
     const float *pp = part + row * splits * (2 + hdv);
     float M = -INFINITY;
@@ -283,7 +308,7 @@ template <int DV> static void attn_launch(cuda_backend *c, const att_args &a, di
         CU(cudaFuncSetAttribute(k_attn<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         set = smem;
     }
-    k_attn<DV><<<grid, ATT_WARPS * 32, smem, c->stream>>>(a);
+    pdl_launch(k_attn<DV>, grid, ATT_WARPS * 32, smem, c->stream, a);
     CU_LAUNCH();
 }
 
@@ -323,7 +348,7 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
     else if (dv <= 4) attn_launch<4>(c, a, grid, smem);
     else attn_launch<8>(c, a, grid, smem);
     if (a.splits > 1) {
-        k_attn_combine<<<(unsigned)(n * n_head), 128, 0, c->stream>>>(a.part, a.splits, hd_v, out);
+        pdl_launch(k_attn_combine, (unsigned)(n * n_head), 128, 0, c->stream, a.part, a.splits, hd_v, out);
         CU_LAUNCH();
     }
     cuda_act_invalidate_range(c, out, (size_t)n * n_head * hd_v * sizeof(float));
@@ -337,11 +362,13 @@ __device__ __forceinline__ float silu_mul_f(float g, float u) {
 }
 
 __global__ void k_add(float *x, const float *y, size_t n) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], y[i]);
 }
 
 __global__ void k_swiglu(const float *g, const float *u, size_t n, float *out) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = silu_mul_f(g[i], u[i]);
 }
@@ -349,14 +376,14 @@ __global__ void k_swiglu(const float *g, const float *u, size_t n, float *out) {
 void cuda_op_add(backend *b, float *x, const float *y, size_t n) {
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
-    k_add<<<cdiv(n, 256), 256, 0, c->stream>>>(x, y, n);
+    pdl_launch(k_add, cdiv(n, 256), 256, 0, c->stream, x, y, n);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, x, n * sizeof(float));
     cuda_prof_end(c, "add");
 }
 
 void cuda_swiglu_rows(cuda_backend *c, const float *g, const float *u, size_t n, float *out) {
-    k_swiglu<<<cdiv(n, 256), 256, 0, c->stream>>>(g, u, n, out);
+    pdl_launch(k_swiglu, cdiv(n, 256), 256, 0, c->stream, g, u, n, out);
     CU_LAUNCH();
 }
 
@@ -371,6 +398,7 @@ void cuda_op_swiglu(backend *b, float *g, const float *u, size_t n) {
 __device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 
 __global__ void k_sigmoid_mul(float *x, const float *g, int n_rows, int dim, int g_dim) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)n_rows * dim) return;
     const size_t r = i / dim, j = i % dim;
@@ -381,13 +409,42 @@ void cuda_op_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int d
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
     const size_t n = (size_t)n_rows * dim;
-    k_sigmoid_mul<<<cdiv(n, 256), 256, 0, c->stream>>>(x, g, n_rows, dim, g_dim);
+    pdl_launch(k_sigmoid_mul, cdiv(n, 256), 256, 0, c->stream, x, g, n_rows, dim, g_dim);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, x, n * sizeof(float));
     cuda_prof_end(c, "sigmoid_mul");
 }
 
+/* x += y + s * sigmoid(g): sigmoid_mul, add and add in one pass, each step rounded as they
+ * round it (the end of a MoE layer, three launches otherwise). */
+__global__ void k_moe_tail(float *x, float *y, float *s, const float *g, int n_rows, int dim) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n_rows * dim) return;
+    float r = y[i];
+    if (s) {
+        const float sv = __fmul_rn(s[i], sigmoidf_(g[i / dim]));
+        s[i] = sv;
+        r = __fadd_rn(r, sv);
+        y[i] = r;
+    }
+    x[i] = __fadd_rn(x[i], r);
+}
+
+void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim) {
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const size_t n = (size_t)n_rows * dim;
+    pdl_launch(k_moe_tail, cdiv(n, 256), 256, 0, c->stream, x, y, s, g, n_rows, dim);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, x, n * sizeof(float));
+    cuda_act_invalidate_range(c, y, n * sizeof(float));
+    if (s) cuda_act_invalidate_range(c, s, n * sizeof(float));
+    cuda_prof_end(c, "moe_tail");
+}
+
 __global__ void k_gdn_gates(float *beta, float *alpha, const float *dt, const float *a, int n, int H) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * H) return;
     const int h = i % H;
@@ -401,7 +458,7 @@ void cuda_op_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bi
                        int n, int n_head) {
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
-    k_gdn_gates<<<cdiv((size_t)n * n_head, 256), 256, 0, c->stream>>>(
+    pdl_launch(k_gdn_gates, cdiv((size_t)n * n_head, 256), 256, 0, c->stream,
         beta, alpha, (const float *)cuda_weight(c, dt_bias, (size_t)n_head * sizeof(float)),
         (const float *)cuda_weight(c, a, (size_t)n_head * sizeof(float)), n, n_head);
     CU_LAUNCH();
@@ -423,6 +480,7 @@ void cuda_op_copy_rows(backend *b, float *dst, size_t dst_stride, const float *s
 
 __global__ void k_kv_store(float *kc, float *vc, const float *k, const float *v, int n, const int32_t *pos,
                            size_t row_k, size_t row_v) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t per = row_k + row_v;
     if (i >= (size_t)n * per) return;
@@ -437,7 +495,7 @@ void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const fl
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
     const size_t total = (size_t)n * (row_k + row_v);
-    k_kv_store<<<cdiv(total, 256), 256, 0, c->stream>>>(kc, vc, k, v, n, pos, row_k, row_v);
+    pdl_launch(k_kv_store, cdiv(total, 256), 256, 0, c->stream, kc, vc, k, v, n, pos, row_k, row_v);
     CU_LAUNCH();
     cuda_prof_end(c, "kv_store");
 }
@@ -447,6 +505,7 @@ void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const fl
 #define CONV_MAXK 16
 
 __global__ void k_conv(const float *x, int n, int C, const float *w, int K, float *state, float *y) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
     float win[CONV_MAXK];
@@ -468,10 +527,79 @@ void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const 
     if (kernel < 1 || kernel > CONV_MAXK) abort();
     cuda_prof_begin(c);
     const float *wd = (const float *)cuda_weight(c, w, (size_t)channels * kernel * sizeof(float));
-    k_conv<<<cdiv((size_t)channels, 128), 128, 0, c->stream>>>(x, n, channels, wd, kernel, state, y);
+    pdl_launch(k_conv, cdiv((size_t)channels, 128), 128, 0, c->stream, x, n, channels, wd, kernel, state, y);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, y, (size_t)n * channels * sizeof(float));
     cuda_prof_end(c, "conv1d_silu");
+}
+
+/* conv1d_silu, the split into q | k | v and the L2 norm of each q and k head in one kernel: a
+ * block per dk channels (one head of q or k, or a dk-wide piece of v), a thread per channel,
+ * tokens in order. Each output is what k_conv computes; a q/k head's norm is reduced exactly
+ * as k_norm<true, 32> reduces a row (thread t of warp 0 sums elements t, t + 32, ... in double
+ * in that order, then the butterfly), so the values equal the three ops' bit for bit. */
+__global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, const float *w, int K,
+                             float *state, float eps, float *q, float *k, float *v) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    extern __shared__ float row[]; /* [dk] */
+    __shared__ float scale_s;
+    const int C = 2 * kd + vd, tid = threadIdx.x, ch = blockIdx.x * dk + tid;
+    const int region = ch < kd ? 0 : ch < 2 * kd ? 1 : 2;
+    float win[CONV_MAXK];
+    const float *wc = w + (size_t)ch * K;
+    for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
+    for (int t = 0; t < n; t++) {
+        win[K - 1] = x[(size_t)t * C + ch];
+        float acc = 0.0f;
+        for (int i = 0; i < K; i++) acc = __fadd_rn(acc, __fmul_rn(wc[i], win[i]));
+        const float y = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+        for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+        if (region == 2) {
+            v[(size_t)t * vd + (ch - 2 * kd)] = y;
+            continue; /* the whole block is v: no barrier below is skipped by some threads only */
+        }
+        row[tid] = y;
+        __syncthreads();
+        if (tid < 32) {
+            double sq = 0.0;
+            int i = tid;
+            for (; i + 3 * 32 < dk; i += 4 * 32) {
+                const float v0 = row[i], v1 = row[i + 32], v2 = row[i + 64], v3 = row[i + 96];
+                sq += (double)__fmul_rn(v0, v0);
+                sq += (double)__fmul_rn(v1, v1);
+                sq += (double)__fmul_rn(v2, v2);
+                sq += (double)__fmul_rn(v3, v3);
+            }
+            for (; i < dk; i += 32) sq += (double)__fmul_rn(row[i], row[i]);
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+            if (tid == 0) scale_s = __fdiv_rn(1.0f, fmaxf(__fsqrt_rn((float)sq), eps));
+        }
+        __syncthreads();
+        float *o = region == 0 ? q : k;
+        o[(size_t)t * kd + (ch - region * kd)] = __fmul_rn(y, scale_s);
+        __syncthreads(); /* row and scale_s are reused by the next token */
+    }
+    for (int i = 0; i < K - 1; i++) state[(size_t)i * C + ch] = win[i];
+}
+
+bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
+                            int kernel, float *state, float eps, float *q, float *k, float *v) {
+    /* heads of 32..255 channels (k_norm's one-warp form), v whole heads wide */
+    if (dk < 32 || dk >= 256 || dk % 32 || kd % dk || vd % dk || kernel < 1 || kernel > CONV_MAXK)
+        return false;
+    cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
+    const int C = 2 * kd + vd;
+    const float *wd = (const float *)cuda_weight(c, w, (size_t)C * kernel * sizeof(float));
+    pdl_launch(k_conv_split, (unsigned)(C / dk), (unsigned)dk, (size_t)dk * sizeof(float), c->stream, x, n, kd,
+               vd, dk, wd, kernel, state, eps, q, k, v);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, q, (size_t)n * kd * sizeof(float));
+    cuda_act_invalidate_range(c, k, (size_t)n * kd * sizeof(float));
+    cuda_act_invalidate_range(c, v, (size_t)n * vd * sizeof(float));
+    cuda_prof_end(c, "conv1d_silu + split + l2norm");
+    return true;
 }
 
 /* ---- gated delta rule ---------------------------------------------------------------------------
@@ -484,6 +612,7 @@ template <int KG> /* float4 groups per thread: d_k / 16 */
 __global__ void __launch_bounds__(128) k_gdn(const float *q, const float *k, const float *v, const float *g,
                                              const float *beta, float *state, float *out, int n_tok,
                                              int Hk, int Hv, int Dv, int kv_tiled, float q_scale) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int DK = KG * 16;
     __shared__ __align__(16) float kq[2][2][DK]; /* [buffer][k, q][d_k] */
     const int h = blockIdx.x, jj = threadIdx.x >> 2, p = threadIdx.x & 3;
@@ -553,8 +682,8 @@ void cuda_op_gated_delta(backend *b, const float *q, const float *k, const float
     dim3 grid(p->n_v_head, cdiv((size_t)p->d_v, 32));
     const int kt = p->kv_tiled ? 1 : 0;
 #define GDN_CASE(KG)                                                                             \
-    k_gdn<KG><<<grid, 128, 0, c->stream>>>(q, k, v, g, beta, state, out, p->n_tok, p->n_k_head,  \
-                                           p->n_v_head, p->d_v, kt, p->q_scale)
+    pdl_launch(k_gdn<KG>, grid, 128, 0, c->stream, q, k, v, g, beta, state, out, p->n_tok,           \
+               p->n_k_head, p->n_v_head, p->d_v, kt, p->q_scale)
     switch (p->d_k) {
     case 16: GDN_CASE(1); break;
     case 32: GDN_CASE(2); break;
