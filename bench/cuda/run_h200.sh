@@ -29,6 +29,8 @@
 #             layer, the real per-layer shapes): decode TPOT with graphs, llama.cpp on the same
 #             file, and Nsight Compute's duration of every kernel of 3 eager decode steps
 #             (ncu.csv; bench/cuda/ncu_steps.py sums it per kernel name)
+#   hfref     tools/hf_reference.py with transformers on this machine's CPU (HFREF_ARGS, default
+#             --only qwen4exp): the converter tests' reference models and logits, as hfref.tgz
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
 #             (-ngl 99) and -ncmoe 26; the carried build has no flash-attention kernels (the
 #             transfer limit), so -fa off
@@ -220,6 +222,15 @@ if has prof; then
       > "$OUT/ncu-run.log" 2>&1
     say "prof ncu: rc=$? ($(grep -c gpu__time_duration "$OUT/ncu.csv" 2>/dev/null) kernels)"
   fi
+fi
+
+if has hfref; then
+  rm -rf "$W/hfref"
+  PYTHONUNBUFFERED=1 timeout 300 python3 tools/hf_reference.py "$W/hfref" ${HFREF_ARGS:---only qwen4exp} > "$OUT/hfref.log" 2>&1
+  rc=$?
+  tar czf "$OUT/hfref.tgz" -C "$W/hfref" . 2>> "$OUT/hfref.log"
+  say "hfref: rc=$rc; $(ls "$W/hfref" 2>/dev/null | tr '\n' ' ')"
+  tail -5 "$OUT/hfref.log" >> "$OUT/summary.txt"
 fi
 
 wait_for() { # FILE: wait until the background synth has finished (every file written back)
