@@ -389,11 +389,14 @@ int hf_load_config(const char *dir, hf_config *h, char *err, size_t n) {
             }
             for (int64_t i = 0; i < h->n_layer && !c.bad; i++) {
                 const char *s = json_string_value(json_array_get(lt, (size_t)i));
-                /* qwen4_exp names its QSA attention layers deepseek_sparse_attention, or
-                 * hybrid_indexed where the n-gram module sits on them */
+                /* qwen4_exp's QSA attention layers: full_attention, or as transformers
+                 * names them: qwen_sparse_attention in 5.17.0 (save_pretrained writes it:
+                 * tests/data/hf/qwen4exp-tiny), deepseek_sparse_attention or hybrid_indexed
+                 * (the n-gram module on that layer) in other versions of its qwen4_exp */
                 const bool attn = s && (strcmp(s, "full_attention") == 0 ||
                                         (h->arch == ARCH_QWEN4EXP &&
-                                         (strcmp(s, "deepseek_sparse_attention") == 0 ||
+                                         (strcmp(s, "qwen_sparse_attention") == 0 ||
+                                          strcmp(s, "deepseek_sparse_attention") == 0 ||
                                           strcmp(s, "hybrid_indexed") == 0)));
                 if (s && strcmp(s, "linear_attention") == 0) h->recurrent[i] = true;
                 else if (!attn) {

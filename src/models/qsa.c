@@ -81,21 +81,25 @@ static void indexer(const sluice_model *m, model_state *st, backend *be, int il,
                         xs->sel, xs->sel_n, xs->sel_stride);
 }
 
-/* Hand the selection to the observer (tests). */
+/* Let the editor replace the selection, then hand it to the observer (tests). */
 static void observe(const sluice_model *m, model_state *st, int il, int n, int pos0) {
     q4x_state *xs = q4x_state_of(st);
-    if (!xs->qsa_fn) return;
+    if (!xs->qsa_fn && !xs->qsa_edit) return;
+    enum { CAP = 4096 };
+    const int cap = xs->sel_stride < CAP ? xs->sel_stride : CAP;
     for (int t = 0; t < n; t++) {
-        int32_t cnt;
+        int32_t cnt, sel[CAP];
+        int32_t *dst = xs->sel + (size_t)t * xs->sel_stride;
         be_download(st->be, &cnt, xs->sel_n + t, sizeof cnt);
-        if (cnt < 0) {
-            xs->qsa_fn(xs->qsa_ctx, il, pos0 + t, NULL, -1);
-            continue;
+        if (cnt > CAP) cnt = CAP;
+        if (cnt > 0) be_download(st->be, sel, dst, (size_t)cnt * sizeof *sel);
+        if (xs->qsa_edit) {
+            int k = xs->qsa_edit(xs->qsa_edit_ctx, il, pos0 + t, sel, cnt, cap);
+            cnt = k < 0 ? -1 : k > cap ? cap : k;
+            if (cnt > 0) be_upload(st->be, dst, sel, (size_t)cnt * sizeof *sel);
+            be_upload(st->be, xs->sel_n + t, &cnt, sizeof cnt);
         }
-        int32_t sel[4096];
-        if (cnt > (int32_t)(sizeof sel / sizeof sel[0])) cnt = sizeof sel / sizeof sel[0];
-        be_download(st->be, sel, xs->sel + (size_t)t * xs->sel_stride, (size_t)cnt * sizeof *sel);
-        xs->qsa_fn(xs->qsa_ctx, il, pos0 + t, sel, cnt);
+        if (xs->qsa_fn) xs->qsa_fn(xs->qsa_ctx, il, pos0 + t, cnt < 0 ? NULL : sel, cnt);
     }
     (void)m;
 }

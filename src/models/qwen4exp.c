@@ -575,3 +575,9 @@ void qwen4exp_observe(model_state *st, q4x_qsa_fn qsa_fn, void *qsa_ctx, q4x_row
     xs->rows_fn = rows_fn;
     xs->rows_ctx = rows_ctx;
 }
+
+void qwen4exp_edit_qsa(model_state *st, q4x_qsa_edit_fn fn, void *ctx) {
+    q4x_state *xs = st->arch_state;
+    xs->qsa_edit = fn;
+    xs->qsa_edit_ctx = ctx;
+}

@@ -61,6 +61,11 @@ typedef struct q4x_model {
 
 /* Called for every token of a QSA layer with the positions it attends to (NULL, -1: dense). */
 typedef void (*q4x_qsa_fn)(void *ctx, int layer, int pos, const int32_t *sel, int n_sel);
+/* Called, when set, for every token of a QSA layer before its attention: sel[0..n_sel) are the
+ * chosen positions (n_sel -1: dense); returns the count the token attends instead (positions
+ * ascending, at most cap, each <= pos; -1: dense) after rewriting sel. Tests only: it attends
+ * another selector's cells (transformers') with sluice's arithmetic. */
+typedef int (*q4x_qsa_edit_fn)(void *ctx, int layer, int pos, int32_t *sel, int n_sel, int cap);
 /* Called for every token with its n-gram table rows. */
 typedef void (*q4x_rows_fn)(void *ctx, int pos, const int32_t *rows, int n_rows);
 
@@ -108,6 +113,8 @@ typedef struct q4x_state {
     /* observation (tests) */
     q4x_qsa_fn qsa_fn;
     void *qsa_ctx;
+    q4x_qsa_edit_fn qsa_edit;
+    void *qsa_edit_ctx;
     q4x_rows_fn rows_fn;
     void *rows_ctx;
 } q4x_state;
@@ -144,6 +151,8 @@ int mtp_spec_keep(const sluice_model *m, model_state *st, int keep);
 /* Observers for tests (NULL: none). */
 void qwen4exp_observe(model_state *st, q4x_qsa_fn qsa_fn, void *qsa_ctx, q4x_rows_fn rows_fn,
                       void *rows_ctx);
+/* Replace the QSA selection of each token (tests; NULL: none). */
+void qwen4exp_edit_qsa(model_state *st, q4x_qsa_edit_fn fn, void *ctx);
 
 /* ---- hyperconn.c ---- */
 /* Bind "<prefix>_{norm,down,up,inject}.weight" (inject only when asked). */
