@@ -62,7 +62,7 @@ int cmd_bench(int argc, char **argv) {
         "bench", "[-m MODEL] [-p 128,2048] [-n 128] [-r 3] [options]",
         "Measure prefill and decode speed, llama-bench style, with exact evidence: the SHA-256 of "
         "the logits and tokens of every run. --json (without --plan) prints the full run record.",
-        "Each run: a fresh session, the prompt in chunks of -b tokens (prefill; TTFT includes the "
+        "Each run: a reset session (one per context size, warmed up), the prompt in chunks of -b tokens (prefill; TTFT includes the "
         "first greedy pick),\nthen -n greedy decode steps (TPOT). Logits are copied and hashed "
         "outside the timed region.\n-c sets the context (default: prompt + generated tokens). "
         "docs/bench.md describes the record.",

@@ -153,6 +153,11 @@ typedef struct run_ctx {
     int n_vocab;
     trace_writer *tw;
     const char *stem;
+    /* the session of the last run, reused (reset) by the next run of the same context size, as
+     * llama-bench reuses its context: a GPU decode graph captured in the warmup is replayed by
+     * the timed runs instead of being recaptured inside the first one */
+    sluice_session *s;
+    int ctx_min; /* the warmup's context: the first timed run's, so that it reuses the session */
 } run_ctx;
 
 static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool measured, int seq,
@@ -161,7 +166,14 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     sluice_session_params sp = {.n_ctx = c->bp->n_ctx ? c->bp->n_ctx : p + n_gen,
                                 .n_batch = c->bp->n_batch, .n_threads = c->bp->n_threads};
     if (sp.n_ctx < p + n_gen) sp.n_ctx = p + n_gen;
-    sluice_session *s = sluice_session_new(c->m, &sp);
+    if (sp.n_ctx < c->ctx_min) sp.n_ctx = c->ctx_min;
+    if (c->s && sluice_session_n_ctx(c->s) == sp.n_ctx) {
+        sluice_session_reset(c->s);
+    } else {
+        sluice_session_free(c->s);
+        c->s = sluice_session_new(c->m, &sp);
+    }
+    sluice_session *s = c->s;
     float *logits = measured ? malloc((size_t)(n_gen + 1) * (size_t)V * sizeof(float)) : NULL;
     int32_t *toks = measured ? malloc((size_t)(p + n_gen + 1) * sizeof(int32_t)) : NULL;
     double *steps = malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof(double));
@@ -274,7 +286,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
 eval_fail:
     snprintf(err, en, "%s", sluice_last_error());
 done:
-    sluice_session_free(s);
+    if (s) sluice_session_set_route_callback(s, NULL, NULL); /* obs is freed below */
     free(obs.seen);
     free(logits);
     free(toks);
@@ -355,8 +367,16 @@ int bench_execute(sluice_model *m, const bench_params *bp, bench_result *res, FI
         int wp = max_p < 16 ? (max_p > 0 ? max_p : 1) : 16;
         synth_prompt(&tp, bp->seed, wp, prompt);
         if (info.add_bos && info.bos >= 0) prompt[0] = info.bos;
-        if (log) fprintf(log, "bench: warmup (%d prompt tokens, 1 decode step)\n", wp);
-        if (do_run(&c, prompt, wp, 1, false, 0, NULL, err, en) != 0) goto done;
+        /* two decode steps: a GPU session captures its decode graph in the second */
+        if (log) fprintf(log, "bench: warmup (%d prompt tokens, 2 decode steps)\n", wp);
+        for (int i = 0; i < bp->n_prompts; i++)
+            if (bp->n_prompt[i] + bp->n_gen <= info.n_ctx_train) {
+                c.ctx_min = bp->n_ctx ? 0 : bp->n_prompt[i] + bp->n_gen;
+                break;
+            }
+        const int rc_w = do_run(&c, prompt, wp, 2, false, 0, NULL, err, en);
+        c.ctx_min = 0;
+        if (rc_w != 0) goto done;
     }
     int seq = 0;
     for (int i = 0; i < bp->n_prompts; i++) {
@@ -402,6 +422,7 @@ done:
             rc = -1;
         }
     }
+    sluice_session_free(c.s);
     pool_free(&tp);
     free(prompt);
     free(file_ids);

@@ -1,6 +1,7 @@
 /* sluice bench: llama-bench-style measurements with exact evidence.
  *
- * One run = a fresh session, a prompt of n_prompt tokens evaluated in chunks (prefill), then
+ * One run = a reset session (one session per context size, reused as llama-bench reuses its
+ * context: a GPU decode graph captured in the warmup is replayed, not recaptured), a prompt of n_prompt tokens evaluated in chunks (prefill), then
  * n_gen greedy decode steps. Timed: the prefill (and the first argmax: TTFT) and every decode
  * step (eval + argmax: TPOT). Not timed: copying the logits of the last prompt position and of
  * every decode step, hashing them, writing evidence files.

@@ -272,8 +272,10 @@ static void test_matmul(backend *c, backend *g) {
 
 static void test_norm_rope_attn(backend *c, backend *g) {
     printf("== rmsnorm, l2norm, rope, kv_store + attention\n");
-    {
-        const int rows = 37, dim = 320;
+    /* a strided-form width, then the model width (the register form, 1 and 37 rows) */
+    static const int norm_shapes[3][2] = {{37, 320}, {1, 2048}, {37, 2048}};
+    for (int si = 0; si < 3; si++) {
+        const int rows = norm_shapes[si][0], dim = norm_shapes[si][1];
         float *x = rand_vec((size_t)rows * dim, 2.0f), *w = rand_vec((size_t)dim, 1.0f);
         tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = dim * 4,
                     .mat_bytes = dim * 4, .data = w, .name = "norm"};
@@ -283,7 +285,8 @@ static void test_norm_rope_attn(backend *c, backend *g) {
         be_rmsnorm(g, xd, &wt, rows, dim, 1e-6f, yd);
         float *yg = host_of(g, yd, (size_t)rows * dim);
         const bool same = memcmp(yg, yc, (size_t)rows * dim * 4) == 0;
-        printf("  rmsnorm %s (rel %.2g)\n", same ? "bit-identical" : "differs", rel_err(yg, yc, (size_t)rows * dim));
+        printf("  rmsnorm %d x %d %s (rel %.2g)\n", rows, dim, same ? "bit-identical" : "differs",
+               rel_err(yg, yc, (size_t)rows * dim));
         EXPECT(rel_err(yg, yc, (size_t)rows * dim) < 1e-6, "rmsnorm");
         be_l2norm(c, x, rows, dim, 1e-6f, yc);
         be_l2norm(g, xd, rows, dim, 1e-6f, yd);

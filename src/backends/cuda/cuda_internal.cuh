@@ -207,12 +207,7 @@ qact cuda_act_reserve(cuda_backend *c, const float *x, int n, int64_t K, int act
  * group sums (ggml's reference rule: the value of largest magnitude, the first on ties, maps to
  * -127; round half to even; clamp at 127; d = 1 / iscale). The encoder kernel and producers that
  * encode their own output share it, so both give the same bits. */
-__device__ __forceinline__ void q8k_block(const float *src, int lane, int8_t *qb, float *d, int *bs) {
-    src += lane * 8;
-    float v[8];
-    const float4 u0 = *reinterpret_cast<const float4 *>(src), u1 = *reinterpret_cast<const float4 *>(src + 4);
-    v[0] = u0.x; v[1] = u0.y; v[2] = u0.z; v[3] = u0.w;
-    v[4] = u1.x; v[5] = u1.y; v[6] = u1.z; v[7] = u1.w;
+__device__ __forceinline__ void q8k_block_regs(const float v[8], int lane, int8_t *qb, float *d, int *bs) {
     float am = -1.0f, mx = 0.0f;
     int ai = 0;
 #pragma unroll
@@ -254,6 +249,15 @@ __device__ __forceinline__ void q8k_block(const float *src, int lane, int8_t *qb
     if (am == 0.0f && lane == 0) *d = 0.0f;
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     if ((lane & 1) == 0) bs[lane / 2] = s;
+}
+
+__device__ __forceinline__ void q8k_block(const float *src, int lane, int8_t *qb, float *d, int *bs) {
+    src += lane * 8;
+    float v[8];
+    const float4 u0 = *reinterpret_cast<const float4 *>(src), u1 = *reinterpret_cast<const float4 *>(src + 4);
+    v[0] = u0.x; v[1] = u0.y; v[2] = u0.z; v[3] = u0.w;
+    v[4] = u1.x; v[5] = u1.y; v[6] = u1.z; v[7] = u1.w;
+    q8k_block_regs(v, lane, qb, d, bs);
 }
 
 /* Forget cached encodings (any op that writes memory calls it, unless it is known not to

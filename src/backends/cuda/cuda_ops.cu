@@ -19,8 +19,7 @@
  * single 2048-wide row was latency-bound at 27 us with one warp and a serial loop), then a fixed
  * butterfly per warp, then the warps' sums in warp order. */
 template <bool L2, int NT>
-__global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int dim, float eps, float *y,
-                                             int8_t *q, float *qd, int *qbs) {
+__global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int dim, float eps, float *y) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int NW = NT / 32;
     __shared__ double part[NW];
@@ -60,13 +59,56 @@ __global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int
         const float v = __fmul_rn(xr[j], scale);
         yr[j] = w ? __fmul_rn(v, w[j]) : v;
     }
+
+}
+
+/* Rows of a width that is a multiple of 256 (the model width): dim / 8 threads per row, thread
+ * t holding elements 8t .. 8t + 7 in registers from one pair of 16-byte loads (and the weights
+ * with them), so warp w holds exactly Q8_K block w and can encode it without reading the row
+ * back. Squares are summed in double per thread in element order, then the fixed butterfly,
+ * then the warps' sums in warp order. The layout depends on dim alone, so a row gives the same
+ * bits in any batch. */
+__global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *w, int dim, float eps, float *y,
+                                                int8_t *q, float *qd, int *qbs) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    __shared__ double part[32];
+    __shared__ float scale_s;
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const float *xr = x + (size_t)row * dim + 8 * tid;
+    float v[8], wv[8];
+    {
+        const float4 a = *reinterpret_cast<const float4 *>(xr), b = *reinterpret_cast<const float4 *>(xr + 4);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    }
+    if (w) {
+        const float4 a = *reinterpret_cast<const float4 *>(w + 8 * tid), b = *reinterpret_cast<const float4 *>(w + 8 * tid + 4);
+        wv[0] = a.x; wv[1] = a.y; wv[2] = a.z; wv[3] = a.w; wv[4] = b.x; wv[5] = b.y; wv[6] = b.z; wv[7] = b.w;
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) s += (double)__fmul_rn(v[j], v[j]);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    if (tid == 0) {
+        double t = part[0];
+        for (int k = 1; k < nw; k++) t += part[k];
+        scale_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(t / dim), eps)));
+    }
+    __syncthreads();
+    const float scale = scale_s;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        v[j] = __fmul_rn(v[j], scale);
+        if (w) v[j] = __fmul_rn(v[j], wv[j]);
+    }
+    float *yr = y + (size_t)row * dim + 8 * tid;
+    *reinterpret_cast<float4 *>(yr) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(yr + 4) = make_float4(v[4], v[5], v[6], v[7]);
     if (q) { /* the Q8_K encoding of the row for the matrix product that follows */
-        __syncthreads(); /* the block's writes of yr are visible to all its threads */
-        const int nb = dim / 256;
-        for (int b = warp; b < nb; b += NW) {
-            const size_t blk = (size_t)row * nb + b;
-            q8k_block(yr + b * 256, lane, q + blk * 256, qd + blk, qbs + blk * 16);
-        }
+        const size_t blk = (size_t)row * nw + warp;
+        q8k_block_regs(v, lane, q + blk * 256, qd + blk, qbs + blk * 16);
     }
 }
 
@@ -79,18 +121,27 @@ static void launch_norm(cuda_backend *c, const float *x, const float *w, int n_r
                         float *y) {
     if (n_rows <= 0) return;
     cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
-    int8_t *q = nullptr;
-    float *qd = nullptr;
-    int *qbs = nullptr;
-    if (!L2 && dim >= 1024 && dim % 256 == 0 && n_rows <= NORM_ENCODE_MAX_ROWS) {
-        const qact a = cuda_act_reserve(c, y, n_rows, dim, QT_Q8_K);
-        q = (int8_t *)a.q;
-        qd = (float *)a.d;
-        qbs = (int *)a.bs;
+    /* the register form needs 16-byte aligned rows (every buffer here is device memory from
+     * cudaMalloc or a 256-byte aligned weight upload) */
+    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
+                           reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+    if (!L2 && dim % 256 == 0 && dim / 8 <= 1024 && aligned) {
+        int8_t *q = nullptr;
+        float *qd = nullptr;
+        int *qbs = nullptr;
+        if (n_rows <= NORM_ENCODE_MAX_ROWS) {
+            const qact a = cuda_act_reserve(c, y, n_rows, dim, QT_Q8_K);
+            q = (int8_t *)a.q;
+            qd = (float *)a.d;
+            qbs = (int *)a.bs;
+        }
+        pdl_launch(k_norm8, n_rows, dim / 8, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
+        CU_LAUNCH();
+        return;
     }
-    if (dim >= 1024) pdl_launch(k_norm<L2, 256>, n_rows, 256, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
-    else if (dim >= 256) pdl_launch(k_norm<L2, 64>, n_rows, 64, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
-    else pdl_launch(k_norm<L2, 32>, n_rows, 32, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
+    if (dim >= 1024) pdl_launch(k_norm<L2, 256>, n_rows, 256, 0, c->stream, x, w, dim, eps, y);
+    else if (dim >= 256) pdl_launch(k_norm<L2, 64>, n_rows, 64, 0, c->stream, x, w, dim, eps, y);
+    else pdl_launch(k_norm<L2, 32>, n_rows, 32, 0, c->stream, x, w, dim, eps, y);
     CU_LAUNCH();
 }
 
