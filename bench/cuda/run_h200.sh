@@ -29,6 +29,8 @@
 #             layer, the real per-layer shapes): decode TPOT with graphs, llama.cpp on the same
 #             file, and Nsight Compute's duration of every kernel of 3 eager decode steps
 #             (ncu.csv; bench/cuda/ncu_steps.py sums it per kernel name)
+#   waitsynth wait for the background synth (BIG=1) before returning, so that a following call
+#             on the still-warm machine finds the benchmark files
 #   hfref     tools/hf_reference.py with transformers on this machine's CPU (HFREF_ARGS, default
 #             --only qwen4exp): the converter tests' reference models and logits, as hfref.tgz
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
@@ -234,6 +236,8 @@ if has hfref; then
 fi
 
 wait_for() { # FILE: wait until the background synth has finished (every file written back)
+  # no synth in this call: the file is from an earlier call on the same (warm) machine
+  [ -z "$SYNTH_PID" ] && { [ -f "$1" ]; return; }
   for i in $(seq 400); do
     grep -q "synth done" "$OUT/synth.log" 2>/dev/null && break
     sleep 1
@@ -263,7 +267,7 @@ bench_one() { # label, args...
   local rc=$?
   cat "$OUT/bench-tmp.txt" >> "$OUT/bench.log"
   say "sluice $label ($(($(date +%s) - t0))s, rc=$rc): sluice bench $*"
-  grep -E "^\| q" "$OUT/bench-tmp.txt" | tail -2 >> "$OUT/summary.txt"
+  grep -E "^\| [qQ]" "$OUT/bench-tmp.txt" | tail -2 >> "$OUT/summary.txt"
 }
 
 if has bench; then
@@ -311,6 +315,9 @@ if has llama && [ -f .devcarry/llama.tar.xz ]; then
   wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
 fi
 
+if has waitsynth; then # keep this call until the background synth is done (a later call uses the files)
+  wait_for "$Q35"; wait_for "$Q30"; say "waitsynth: $(ls /tmp/models | grep -v synth- | tr '\n' ' ')"
+fi
 [ -n "$SYNTH_PID" ] && kill "$SYNTH_PID" 2>/dev/null
 rm -f "$OUT/bench-tmp.txt" "$OUT/llama-tmp.txt"
 say "done"
