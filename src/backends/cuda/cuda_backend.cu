@@ -261,6 +261,12 @@ static void add_range(std::vector<cuda_range> &v, cuda_range r) {
     v.insert(it, r);
 }
 
+static double wall_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 static int op_weights_map(backend *b, const void *host, size_t bytes, bool upload) {
     cuda_backend *c = CB(b);
     if (!bytes) return 0;
@@ -284,8 +290,17 @@ static int op_weights_map(backend *b, const void *host, size_t bytes, bool uploa
     const uintptr_t page = 4096, a = (uintptr_t)host / page * page;
     const size_t len = ((uintptr_t)host + bytes + page - 1) / page * page - a;
     void *dptr = nullptr;
+    /* Pinning a whole model file can take long (every page is faulted in and locked; on the
+     * H200 VM a 20 GB file did not finish within 170 s, bench/results/2026-11-30-cuda-decode.md):
+     * say so, and how long it took, instead of staying silent. */
+    const bool big = len >= (1ull << 30);
+    const double t0 = big ? wall_ms() : 0;
+    if (big) fprintf(stderr, "sluice: pinning %.2f GiB of mapped host memory for the GPU ...\n", len / 1073741824.0);
     cudaError_t e = cudaHostRegister((void *)a, len,
                                      cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (big)
+        fprintf(stderr, "sluice: pinning %s after %.1f s\n", e == cudaSuccess ? "done" : "failed",
+                (wall_ms() - t0) / 1e3);
     if (e == cudaSuccess) {
         c->registered.push_back((void *)a);
         CU(cudaHostGetDevicePointer(&dptr, (void *)a, 0));
@@ -507,13 +522,7 @@ void cuda_table_flush(cuda_backend *c) {
     c->pending.clear();
 }
 
-bool cuda_pdl = false;
-
-static double wall_ms() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+bool cuda_pdl = false; /* see pdl_launch (cuda_internal.cuh) */
 
 /* ---- graphs ----------------------------------------------------------------------------------- */
 
