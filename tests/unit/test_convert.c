@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "st_write.h"
 #include "convert/convert.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
@@ -60,14 +61,7 @@ static const char *at(const char *fmt, ...) {
 
 /* ---- building inputs ---------------------------------------------------------------------- */
 
-typedef struct wt {
-    char name[160];
-    const char *dtype;
-    int nd;
-    int64_t shape[4];
-    const void *data;
-    size_t nbytes;
-} wt;
+typedef st_tensor_out wt;
 
 typedef struct wlist {
     wt *v;
@@ -128,38 +122,7 @@ static void from_st(wlist *l, const st_set *s) {
 
 /* A safetensors file of the listed tensors (from index lo to hi). */
 static void write_st(const char *path, const wlist *l, int lo, int hi) {
-    json_t *h = json_object();
-    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
-    uint64_t off = 0;
-    for (int i = lo; i < hi; i++) {
-        const wt *t = &l->v[i];
-        json_t *shape = json_array();
-        for (int d = 0; d < t->nd; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->dtype,
-                                                  "shape", shape, "data_offsets", (json_int_t)off,
-                                                  (json_int_t)(off + t->nbytes)));
-        off += t->nbytes;
-    }
-    char *s = json_dumps(h, JSON_COMPACT);
-    size_t len = strlen(s), padded = (len + 7) / 8 * 8;
-    FILE *fp = fopen(path, "wb");
-    uint64_t n = padded;
-    fwrite(&n, 8, 1, fp);
-    fwrite(s, 1, len, fp);
-    for (size_t i = len; i < padded; i++) fputc(' ', fp);
-    for (int i = lo; i < hi; i++) fwrite(l->v[i].data, 1, l->v[i].nbytes, fp);
-    fclose(fp);
-    free(s);
-    json_decref(h);
-}
-
-static void copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
-    char buf[65536];
-    size_t k;
-    while (a && b && (k = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, k, b);
-    if (a) fclose(a);
-    if (b) fclose(b);
+    st_write_file(path, l->v + lo, hi - lo, true);
 }
 
 /* A checkpoint directory: the fixture's config (edited) and tokenizer, the given tensors. */

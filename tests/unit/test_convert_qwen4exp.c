@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "st_write.h"
 #include "convert/convert.h"
 #include "convert/convert_internal.h"
 #include "engine/session_internal.h"
@@ -54,14 +55,7 @@ static const char *at(const char *name) {
 
 /* ---- a checkpoint being written ----------------------------------------------------------- */
 
-typedef struct hft {
-    char name[160];
-    const char *dtype;
-    int nd;
-    int64_t shape[4];
-    void *data;
-    size_t nbytes;
-} hft;
+typedef st_tensor_out hft; /* data: owned, calloc'ed */
 
 typedef struct ckpt {
     hft *v;
@@ -87,12 +81,13 @@ static void *add(ckpt *c, const char *dtype, size_t esz, int nd, const int64_t *
     size_t count = 1;
     for (int d = 0; d < nd; d++) count *= (size_t)(t->shape[d] = shape[d]);
     t->nbytes = count * esz;
-    t->data = calloc(1, t->nbytes ? t->nbytes : 1);
-    return t->data;
+    void *d = calloc(1, t->nbytes ? t->nbytes : 1);
+    t->data = d;
+    return d;
 }
 
 static void ckpt_free(ckpt *c) {
-    for (int i = 0; i < c->n; i++) free(c->v[i].data);
+    for (int i = 0; i < c->n; i++) free((void *)c->v[i].data);
     free(c->v);
     memset(c, 0, sizeof *c);
 }
@@ -106,43 +101,11 @@ static hft *ckpt_find(ckpt *c, const char *name) {
 static void ckpt_drop(ckpt *c, const char *name) {
     hft *t = ckpt_find(c, name);
     if (!t) return;
-    free(t->data);
+    free((void *)t->data);
     *t = c->v[--c->n];
 }
 
-static void write_st(const char *path, const ckpt *c) {
-    json_t *h = json_object();
-    uint64_t off = 0;
-    for (int i = 0; i < c->n; i++) {
-        const hft *t = &c->v[i];
-        json_t *shape = json_array();
-        for (int d = 0; d < t->nd; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->dtype,
-                                                  "shape", shape, "data_offsets", (json_int_t)off,
-                                                  (json_int_t)(off + t->nbytes)));
-        off += t->nbytes;
-    }
-    char *s = json_dumps(h, JSON_COMPACT);
-    size_t len = strlen(s), padded = (len + 7) / 8 * 8;
-    FILE *fp = fopen(path, "wb");
-    uint64_t n = padded;
-    fwrite(&n, 8, 1, fp);
-    fwrite(s, 1, len, fp);
-    for (size_t i = len; i < padded; i++) fputc(' ', fp);
-    for (int i = 0; i < c->n; i++) fwrite(c->v[i].data, 1, c->v[i].nbytes, fp);
-    fclose(fp);
-    free(s);
-    json_decref(h);
-}
-
-static void copy_file(const char *src, const char *dst) {
-    FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
-    char buf[65536];
-    size_t k;
-    while (a && b && (k = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, k, b);
-    if (a) fclose(a);
-    if (b) fclose(b);
-}
+static void write_st(const char *path, const ckpt *c) { st_write_file(path, c->v, c->n, false); }
 
 /* ---- 2. the inverse of the conventions, from a GGUF ---------------------------------------- */
 
