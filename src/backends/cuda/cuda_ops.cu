@@ -558,6 +558,17 @@ void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const fl
 
 #define CONV_MAXK 16
 
+/* One token of one channel: win[0..K-2] holds the previous raw inputs; x_t joins them, the
+ * window's dot with the taps goes through SiLU, and the window moves on. Shared by both conv
+ * kernels, so the fused one gives the plain one's bits. */
+__device__ __forceinline__ float conv_silu_step(float *win, const float *wc, int K, float x_t) {
+    win[K - 1] = x_t;
+    float acc = 0.0f;
+    for (int i = 0; i < K; i++) acc = __fadd_rn(acc, __fmul_rn(wc[i], win[i]));
+    for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+    return __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+}
+
 __global__ void k_conv(const float *x, int n, int C, const float *w, int K, float *state, float *y) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
@@ -566,11 +577,7 @@ __global__ void k_conv(const float *x, int n, int C, const float *w, int K, floa
     const float *wc = w + (size_t)ch * K;
     for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
     for (int t = 0; t < n; t++) {
-        win[K - 1] = x[(size_t)t * C + ch];
-        float acc = 0.0f;
-        for (int i = 0; i < K; i++) acc = __fadd_rn(acc, __fmul_rn(wc[i], win[i]));
-        y[(size_t)t * C + ch] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
-        for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+        y[(size_t)t * C + ch] = conv_silu_step(win, wc, K, x[(size_t)t * C + ch]);
     }
     for (int i = 0; i < K - 1; i++) state[(size_t)i * C + ch] = win[i];
 }
@@ -603,11 +610,7 @@ __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, cons
     const float *wc = w + (size_t)ch * K;
     for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
     for (int t = 0; t < n; t++) {
-        win[K - 1] = x[(size_t)t * C + ch];
-        float acc = 0.0f;
-        for (int i = 0; i < K; i++) acc = __fadd_rn(acc, __fmul_rn(wc[i], win[i]));
-        const float y = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
-        for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+        const float y = conv_silu_step(win, wc, K, x[(size_t)t * C + ch]);
         if (region == 2) {
             v[(size_t)t * vd + (ch - 2 * kd)] = y;
             continue; /* the whole block is v: no barrier below is skipped by some threads only */
