@@ -22,6 +22,10 @@
 #   big       test_cuda --big on the 35B-A3B shape, and its per-op profile
 #   bench     sluice bench --gpu: resident pp2048+tg128 on both shapes; --gpu-budget 8GiB with
 #             misses copied and read in place on the 35B-A3B shape
+#   stream    the issue's small-VRAM comparison: the 35B-A3B shape uniformly routed and with
+#             --routing-skew 1 (both synthesized in the background from the start, /tmp/models),
+#             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
+#             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -34,8 +38,11 @@
 #   hfref     tools/hf_reference.py with transformers on this machine's CPU (HFREF_ARGS, default
 #             --only qwen4exp): the converter tests' reference models and logits, as hfref.tgz
 #   llama     llama.cpp's llama-bench (.devcarry/llama.tar.xz) on the same files: resident
-#             (-ngl 99) and -ncmoe 26; the carried build has no flash-attention kernels (the
-#             transfer limit), so -fa off
+#             (-ngl 99) and -ncmoe 26 (also on the skewed file when it exists); the carried build
+#             has no flash-attention kernels (the transfer limit), so -fa off. With the repo's
+#             test data the tree, bin.tar.xz and llama.tar.xz no longer fit one call (64 MiB):
+#             carry bin.tar.xz in one call, llama.tar.xz in the next on the warm machine (the
+#             unpacked sluice in /tmp/sl stays)
 #
 # Results go to $OUT (the tool brings back at most 8 files): summary.txt (also printed at the
 # end) and a log per stage. Every step runs under a timeout; a failing step does not stop the
@@ -51,7 +58,7 @@ has() { [[ ",$STAGES," == *",$1,"* ]]; }
 T0=$(date +%s)
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/summary.txt"; }
 
-tar xJf .devcarry/bin.tar.xz -C "$W"
+[ -f .devcarry/bin.tar.xz ] && tar xJf .devcarry/bin.tar.xz -C "$W"
 export LD_LIBRARY_PATH="$W/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 SL=$W/sluice
 TC=$W/test_cuda
@@ -65,6 +72,7 @@ THREADS=$(nproc)
 Q35=/tmp/models/q35-35b-a3b-Q4_K_M.gguf
 Q30=/tmp/models/q3-30b-a3b-Q4_K_M.gguf
 MINI=/tmp/models/mini-qwen35moe-Q4_K_M.gguf
+Q35Z=/tmp/models/q35-35b-a3b-z1-Q4_K_M.gguf
 
 if has env; then
   {
@@ -79,6 +87,12 @@ if has env; then
 fi
 
 SYNTH_PID=
+if has stream; then
+  ( [ -f "$Q35" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS" && sync; }
+    [ -f "$Q35Z" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --routing-skew 1 -o "$Q35Z" -q -t "$THREADS" && sync; }
+    echo "synth done" ) > "$OUT/synth.log" 2>&1 &
+  SYNTH_PID=$!
+fi
 if has quick35; then
   ( "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35.part" -q -t "$THREADS" &&
     mv "$Q35.part" "$Q35" && sync; echo "synth done" ) > "$OUT/synth.log" 2>&1 &
@@ -263,7 +277,7 @@ fi
 bench_one() { # label, args...
   local label=$1; shift
   local t0=$(date +%s)
-  timeout 150 "$SL" bench "$@" > "$OUT/bench-tmp.txt" 2>&1
+  timeout ${BENCH_TIMEOUT:-150} "$SL" bench "$@" > "$OUT/bench-tmp.txt" 2>&1
   local rc=$?
   cat "$OUT/bench-tmp.txt" >> "$OUT/bench.log"
   say "sluice $label ($(($(date +%s) - t0))s, rc=$rc): sluice bench $*"
@@ -276,6 +290,18 @@ if has bench; then
   [ -f "$Q35" ] && bench_one "35B 8GiB zerocopy" -m "$Q35" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
   wait_for "$Q30" && bench_one "30B resident" -m "$Q30" --gpu -p 2048 -n 128 -r 1 -b 2048
   ls -la /tmp/models/ | grep -v synth- >> "$OUT/summary.txt"
+fi
+
+if has stream; then
+  for f in "$Q35" "$Q35Z"; do
+    wait_for "$f" || { say "stream: $(basename "$f") missing"; continue; }
+    n=$(basename "$f" .gguf)
+    bench_one "$n resident" -m "$f" --gpu -p 512 -n 64 -r 1
+    bench_one "$n 8GiB copy" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+    bench_one "$n 8GiB zerocopy" -m "$f" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
+    bench_one "$n 8GiB copy pp2048" -m "$f" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
+  done
+  grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
 fi
 
 if has quick35; then
@@ -312,7 +338,8 @@ if has llama && [ -f .devcarry/llama.tar.xz ]; then
   # the carried build leaves out the flash-attention kernels (transfer limit): -fa off
   wait_for "$Q35" && llama_one "35B resident" -m "$Q35" -ngl 99 -fa off -p 2048 -n 128 -r 1
   [ -f "$Q35" ] && llama_one "35B -ncmoe 26" -m "$Q35" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
-  wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
+  [ -f "$Q35Z" ] && llama_one "35B skew -ncmoe 26" -m "$Q35Z" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
+  [ -z "${NO30:-}" ] && wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
 fi
 
 if has waitsynth; then # keep this call until the background synth is done (a later call uses the files)

@@ -2,9 +2,9 @@
  * weights, and the GPU expert store (runtime/experts_gpu.c).
  *
  * Resident: the whole mapped file is uploaded (views into it are translated by the backend).
- * Stream: the file is pinned in host memory (the device reads it in place), the dense tensors
- * are uploaded, and routed experts go through a VRAM cache whose slots the expert table points
- * at (misses point at the pinned bytes). Buffers the loader made itself (converted norms, conv
+ * Stream: the routed experts are copied into page-locked host memory (the device reads misses
+ * there), the dense tensors are uploaded, and routed experts go through a VRAM cache whose slots
+ * the expert table points at (misses point at the page-locked copy). Buffers the loader made itself (converted norms, conv
  * taps) are uploaded by the backend the first time an op meets them. */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,7 @@
 #include "runtime/experts_gpu.h"
 #ifdef SLUICE_HAVE_CUDA
 #include <stdlib.h>
+#include <time.h>
 
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_ep.h"
@@ -47,23 +48,99 @@ void model_gpu_release(sluice_model *m) { (void)m; }
 
 #else
 
-/* True when [off, off + bytes) of the file lies in a layer's routed experts. */
-static bool in_experts(const expert_layout *l, uint64_t off, uint64_t bytes) {
+typedef struct byte_range {
+    uint64_t a, b; /* [a, b) */
+} byte_range;
+
+static int range_cmp(const void *x, const void *y) {
+    const byte_range *p = x, *q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* The file's routed-expert bytes as sorted, disjoint ranges: per layer the expert-major
+ * records, or each part's stacked tensor (a fused gate_up tensor gives two overlapping part
+ * ranges; they are merged). *n = the count; NULL with *n = 0 when out of memory. */
+static byte_range *expert_ranges(const expert_layout *l, int *n) {
+    byte_range *r = calloc((size_t)l->n_layer * EXPERT_PARTS + 1, sizeof *r);
+    int k = 0;
+    *n = 0;
+    if (!r) return NULL;
     for (int i = 0; i < l->n_layer; i++) {
         const expert_layer_layout *L = &l->layers[i];
         if (!L->present) continue;
         if (l->packed) {
-            const uint64_t a = L->record_offset, b = a + L->record_stride * (uint64_t)l->n_expert;
-            if (off >= a && off + bytes <= b) return true;
+            r[k++] = (byte_range){L->record_offset, L->record_offset + L->record_stride * (uint64_t)l->n_expert};
             continue;
         }
         for (int p = 0; p < EXPERT_PARTS; p++) {
             const uint64_t a = L->part[p].offset;
-            const uint64_t b = a + L->part[p].stride * (uint64_t)(l->n_expert - 1) + L->part[p].bytes;
-            if (off >= a && off + bytes <= b) return true;
+            r[k++] = (byte_range){a, a + L->part[p].stride * (uint64_t)(l->n_expert - 1) + L->part[p].bytes};
         }
     }
+    qsort(r, (size_t)k, sizeof *r, range_cmp);
+    int m = 0;
+    for (int i = 0; i < k; i++) {
+        if (m > 0 && r[i].a <= r[m - 1].b) {
+            if (r[i].b > r[m - 1].b) r[m - 1].b = r[i].b;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    *n = m;
+    return r;
+}
+
+/* True when [off, off + bytes) lies in one of the expert ranges. */
+static bool in_experts(const byte_range *r, int n, uint64_t off, uint64_t bytes) {
+    for (int i = 0; i < n; i++)
+        if (off >= r[i].a && off + bytes <= r[i].b) return true;
     return false;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Stream mode: the routed experts get a page-locked host copy (misses are read from it), the
+ * dense tensors a device copy. */
+static int map_streamed(sluice_model *m, const char *label) {
+    backend *be = m->gpu;
+    const uint8_t *base = m->gguf->base;
+    int n = 0;
+    byte_range *r = expert_ranges(&m->layout, &n);
+    if (!r) {
+        sluice_set_error("%s: out of memory", label);
+        return -1;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += r[i].b - r[i].a;
+    const bool say = total >= (1ull << 30);
+    const double t0 = now_s();
+    if (say)
+        fprintf(stderr, "sluice: copying %.2f GiB of routed experts into page-locked host memory ...\n",
+                total / 1073741824.0);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (be->ops->weights_map(be, base + r[i].a, r[i].b - r[i].a, false) != 0) {
+            sluice_set_error("%s: cannot allocate %llu bytes of page-locked host memory for the "
+                             "routed experts", label, (unsigned long long)(r[i].b - r[i].a));
+            rc = -1;
+        }
+    }
+    if (rc == 0 && say) fprintf(stderr, "sluice: experts copied in %.1f s\n", now_s() - t0);
+    for (uint64_t i = 0; i < m->gguf->n_tensors && rc == 0; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        const uint64_t off = (uint64_t)((const uint8_t *)t->data - base);
+        if (in_experts(r, n, off, t->nbytes)) continue;
+        if (be->ops->weights_map(be, t->data, t->nbytes, true) != 0) {
+            sluice_set_error("%s: cannot copy tensor '%s' to the GPU", label, t->name);
+            rc = -1;
+        }
+    }
+    free(r);
+    return rc;
 }
 
 /* --gpus: place the experts over the ranks (runtime/ep_placement.c) and route the backend's MoE
@@ -130,20 +207,8 @@ int model_gpu_bind(sluice_model *m, const char *label) {
                              (unsigned long long)m->gguf->size);
             return -1;
         }
-    } else {
-        if (be->ops->weights_map(be, base, m->gguf->size, false) != 0) {
-            sluice_set_error("%s: cannot pin the model file in host memory for the GPU", label);
-            return -1;
-        }
-        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-            const gguf_tensor *t = &m->gguf->tensors[i];
-            const uint64_t off = (uint64_t)((const uint8_t *)t->data - base);
-            if (in_experts(&m->layout, off, t->nbytes)) continue;
-            if (be->ops->weights_map(be, t->data, t->nbytes, true) != 0) {
-                sluice_set_error("%s: cannot copy tensor '%s' to the GPU", label, t->name);
-                return -1;
-            }
-        }
+    } else if (map_streamed(m, label) != 0) {
+        return -1;
     }
     if (m->facts.n_moe_layers == 0) {
         if (p->gpus > 0) {

@@ -3,9 +3,9 @@
  * Resident: the backend holds a device copy of the whole file; every table entry points at the
  * expert's bytes in that copy, set once.
  *
- * Stream: the file stays in host memory, pinned (the backend maps it for the device); a pool of
- * VRAM slots caches experts. A table entry points at the expert's slot when it is cached, else
- * at its pinned host bytes. Two ways to use an expert that is not cached:
+ * Stream: the backend holds a page-locked host copy of the routed experts (it translates file
+ * addresses to it); a pool of VRAM slots caches experts. A table entry points at the expert's
+ * slot when it is cached, else at its page-locked host bytes. Two ways to use an expert that is not cached:
  *   copy      the layer's routing comes back to the host, missing experts are copied into
  *             slots (asynchronously, ordered before the kernels), then the layer runs; the
  *             router lookahead starts the next layer's copies early (per_layer);

@@ -9,9 +9,9 @@
  *   scratch   activations and device work buffers for a batch
  * AUTO picks resident when everything fits, else stream with the largest cache that fits
  * (capped at all experts). The floor is one layer's experts plus one: a prefill chunk can need
- * every expert of a layer at once, and they are multiplied from VRAM. Streaming keeps the file
- * pinned in host memory (the device reads misses from it), so the file must fit in the host
- * budget that plan_compute measured. Pure: unit-tested with synthetic machines. */
+ * every expert of a layer at once, and they are multiplied from VRAM. Streaming keeps a page-locked
+ * host copy of the routed experts (the device reads misses from it), so they must fit in the
+ * host budget that plan_compute measured. Pure: unit-tested with synthetic machines. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -111,7 +111,7 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
     p->gpu_slots = (int)slots;
     p->vram_cache = slots * m->gpu_slot_bytes;
     p->vram_total = base + p->vram_cache;
-    p->pinned = m->file_bytes;
+    p->pinned = m->expert_bytes;
     p->gpu_reason = r->mode == SLUICE_MODE_STREAM || cache_given ? PLAN_GPU_STREAM_FORCED
                                                                  : PLAN_GPU_STREAM_OVER_BUDGET;
     if (slots < (uint64_t)p->gpu_floor_slots || p->vram_total > usable) {
@@ -123,13 +123,13 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
             sz(usable, b3), p->gpu_budget_source, sz(p->gpu_budget, b4), sz(p->gpu_reserve, b1));
         return;
     }
-    /* the host holds the pinned file beside the process itself */
+    /* the host holds the page-locked experts beside the process itself */
     const uint64_t host_usable = p->budget > p->reserve ? p->budget - p->reserve : 0;
-    if (m->file_bytes + PLAN_OVERHEAD_BYTES > host_usable) {
+    if (m->expert_bytes + PLAN_OVERHEAD_BYTES > host_usable) {
         p->gpu_reason = PLAN_GPU_REFUSED_PINNED;
-        say(p, "GPU streaming reads experts from the file pinned in host memory: %s, but the host "
-               "budget leaves %s (%s)",
-            sz(m->file_bytes, b1), sz(host_usable, b2), p->budget_source ? p->budget_source : "?");
+        say(p, "GPU streaming reads missed experts from a page-locked host copy of %s, but the "
+               "host budget leaves %s (%s)",
+            sz(m->expert_bytes, b1), sz(host_usable, b2), p->budget_source ? p->budget_source : "?");
         return;
     }
     p->gpu_ok = true;
@@ -189,7 +189,7 @@ int plan_format_gpu(const plan *p, const plan_model_facts *m, bool json, char *b
         put(&o, "  %-16s %12s  (%d slots of %.2f MiB; floor %d)\n", "vram expert cache",
             sz(p->vram_cache, b1), p->gpu_slots, (double)m->gpu_slot_bytes / (1024.0 * 1024.0),
             p->gpu_floor_slots);
-        put(&o, "  %-16s %12s  (the file, read over the bus on a miss)\n", "pinned host", sz(p->pinned, b1));
+        put(&o, "  %-16s %12s  (routed experts, page-locked: misses read over the bus)\n", "pinned host", sz(p->pinned, b1));
     }
     put(&o, "  %-16s %12s\n", "vram kv+state", sz(p->vram_kv, b1));
     put(&o, "  %-16s %12s\n", "vram scratch", sz(p->vram_scratch, b1));

@@ -192,7 +192,7 @@ static void test_watchdog(void) {
 }
 
 /* The device side (runtime/plan_gpu.c): resident when the file fits the GPU budget, else a
- * VRAM expert cache of at least one layer's experts over the file pinned in host memory. */
+ * VRAM expert cache of at least one layer's experts over a page-locked host copy of the experts. */
 static void test_gpu(void) {
     plan_model_facts m = big_moe();
     m.gpu_slot_bytes = 2 * MiB;
@@ -221,7 +221,7 @@ static void test_gpu(void) {
     CHECK(p.gpu_floor_slots == 257 && p.gpu_slots >= p.gpu_floor_slots);
     CHECK(p.vram_cache == (uint64_t)p.gpu_slots * m.gpu_slot_bytes && p.vram_weights == m.dense_bytes);
     CHECKF(p.vram_total + p.gpu_reserve <= p.gpu_budget, "vram %llu", (unsigned long long)p.vram_total);
-    CHECK(p.pinned == m.file_bytes);
+    CHECK(p.pinned == m.expert_bytes); /* the dense tensors are not kept page-locked */
     /* one slot more would not fit */
     CHECK(p.vram_total + m.gpu_slot_bytes + p.gpu_reserve > p.gpu_budget);
 
@@ -235,7 +235,7 @@ static void test_gpu(void) {
     plan_compute_gpu(&m, &mc, &r, &p);
     CHECK(!p.gpu_ok && p.gpu_reason == PLAN_GPU_REFUSED_FLOOR && strstr(p.gpu_message, "257"));
 
-    /* --resident that does not fit; --stream that fits; a host too small to pin the file */
+    /* --resident that does not fit; --stream that fits; a host too small for the page-locked experts */
     r.gpu_budget = 8 * GiB;
     r.mode = SLUICE_MODE_RESIDENT;
     plan_compute_gpu(&m, &mc, &r, &p);

@@ -2,16 +2,24 @@
  * table and the operation table. Kernels live in cuda_matmul.cu, cuda_moe.cu and cuda_ops.cu.
  *
  * Weights: be_weights_map either uploads a host range (a device copy; views inside it are
- * translated to the copy) or pins it (cudaHostRegister, read-only; kernels read it over the bus).
- * A resident model uploads the whole mapped file; a streamed one pins the file and uploads the
- * dense tensors, so routed experts are reached through the expert table: a VRAM cache slot when
- * cached, else the pinned file bytes. Either way a kernel reads the same bytes, which is why
+ * translated to the copy) or makes a page-locked host copy of it (cudaHostAlloc, mapped; kernels
+ * read it over the bus, cache fills copy from it by DMA). A resident model uploads the whole
+ * mapped file; a streamed one gives its routed experts a page-locked copy and uploads the dense
+ * tensors, so routed experts are reached through the expert table: a VRAM cache slot when
+ * cached, else the page-locked copy. Either way a kernel reads the same bytes, which is why
  * resident, streamed and every cache size give the same results.
+ *
+ * Why a copy and not cudaHostRegister of the mapped file in place: on the H200 VM registering
+ * 20 GB of page cache did not finish within 170 s (bench/results/2026-11-30-cuda-decode.md; long-
+ * term pinning of file pages waits for write-back and may migrate every page), while an
+ * allocation of page-locked memory is filled at memory speed.
  *
  * Graphs: a decode step (session.c) is run eagerly the first time (it sizes every buffer), then
  * captured once and replayed; per-step values reach the graph through set_inputs' device
  * buffers, outputs through pinned staging copied to the caller's memory after the replay. */
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -267,6 +275,31 @@ static double wall_ms() {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* memcpy over several threads: a streamed model's experts (many GiB) come from the mapped
+ * file, so most of this is page faults and reads; one thread would leave the disk and the
+ * memory bus idle. The bytes are the same whatever the split. */
+static void copy_parallel(void *dst, const void *src, size_t bytes) {
+    const size_t piece = 64ull << 20;
+    const size_t n_pieces = (bytes + piece - 1) / piece;
+    unsigned n = std::thread::hardware_concurrency();
+    n = n < 1 ? 1 : n > 8 ? 8 : n;
+    if (n_pieces < 2 || n == 1) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    std::atomic<size_t> next{0};
+    auto work = [&]() {
+        for (size_t i; (i = next.fetch_add(1)) < n_pieces;) {
+            const size_t off = i * piece, len = bytes - off < piece ? bytes - off : piece;
+            memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < n && t < n_pieces; t++) pool.emplace_back(work);
+    work();
+    for (auto &t : pool) t.join();
+}
+
 static int op_weights_map(backend *b, const void *host, size_t bytes, bool upload) {
     cuda_backend *c = CB(b);
     if (!bytes) return 0;
@@ -286,38 +319,21 @@ static int op_weights_map(backend *b, const void *host, size_t bytes, bool uploa
         add_range(c->uploads, {(uintptr_t)host, bytes, (uintptr_t)d, 0});
         return 0;
     }
-    /* pin in place: page-aligned bounds, read-only (the file is mapped PROT_READ) */
-    const uintptr_t page = 4096, a = (uintptr_t)host / page * page;
-    const size_t len = ((uintptr_t)host + bytes + page - 1) / page * page - a;
-    void *dptr = nullptr;
-    /* Pinning a whole model file can take long (every page is faulted in and locked; on the
-     * H200 VM a 20 GB file did not finish within 170 s, bench/results/2026-11-30-cuda-decode.md):
-     * say so, and how long it took, instead of staying silent. */
-    const bool big = len >= (1ull << 30);
-    const double t0 = big ? wall_ms() : 0;
-    if (big) fprintf(stderr, "sluice: pinning %.2f GiB of mapped host memory for the GPU ...\n", len / 1073741824.0);
-    cudaError_t e = cudaHostRegister((void *)a, len,
-                                     cudaHostRegisterMapped | cudaHostRegisterReadOnly);
-    if (big)
-        fprintf(stderr, "sluice: pinning %s after %.1f s\n", e == cudaSuccess ? "done" : "failed",
-                (wall_ms() - t0) / 1e3);
-    if (e == cudaSuccess) {
-        c->registered.push_back((void *)a);
-        CU(cudaHostGetDevicePointer(&dptr, (void *)a, 0));
-        add_range(c->pinned, {a, len, (uintptr_t)dptr, a});
-        return 0;
-    }
-    cudaGetLastError();
-    /* fallback: a pinned copy (needs the host memory twice while it is made) */
-    void *h = nullptr;
-    if (cudaHostAlloc(&h, len, cudaHostAllocMapped) != cudaSuccess) {
+    /* a page-locked host copy the device reads over the bus (zero-copy) and copies from (DMA) */
+    const bool big = bytes >= (1ull << 30);
+    const double t0 = wall_ms();
+    void *h = nullptr, *dptr = nullptr;
+    if (cudaHostAlloc(&h, bytes, cudaHostAllocMapped) != cudaSuccess) {
         cudaGetLastError();
         return -1;
     }
-    memcpy(h, (const void *)a, len);
+    copy_parallel(h, host, bytes);
+    if (big || wall_ms() - t0 > 2000)
+        fprintf(stderr, "sluice: %.2f GiB copied into pinned host memory in %.1f s\n", bytes / 1073741824.0,
+                (wall_ms() - t0) / 1e3);
     c->host_copies_pinned.push_back(h);
     CU(cudaHostGetDevicePointer(&dptr, h, 0));
-    add_range(c->pinned, {a, len, (uintptr_t)dptr, (uintptr_t)h});
+    add_range(c->pinned, {(uintptr_t)host, bytes, (uintptr_t)dptr, (uintptr_t)h});
     return 0;
 }
 
@@ -662,7 +678,6 @@ static void op_free(backend *b) {
     for (auto &e : c->acts) dev_free(c, e.buf);
     for (int i = 0; i < SCR_COUNT; i++) dev_free(c, c->scratch[i]);
     for (void *p : c->weight_blocks) dev_free(c, p);
-    for (void *p : c->registered) cudaHostUnregister(p);
     for (void *p : c->host_copies_pinned) cudaFreeHost(p);
     dev_free(c, c->d_table);
     dev_free(c, c->d_in);

@@ -70,7 +70,7 @@ struct cuda_range {
     uintptr_t host;
     size_t bytes;
     uintptr_t dev;
-    uintptr_t pin; /* pinned ranges: the page-locked host copy (the range itself when registered) */
+    uintptr_t pin; /* pinned ranges: the page-locked host copy */
 };
 
 /* Activations encoded for one weight type's dot products (see cuda_quant.cuh). */
@@ -138,8 +138,7 @@ struct cuda_backend {
     /* weights */
     std::vector<cuda_range> uploads, pinned;
     std::vector<void *> weight_blocks;  /* device allocations holding uploads */
-    std::vector<void *> registered;     /* host ranges pinned with cudaHostRegister */
-    std::vector<void *> host_copies_pinned; /* pinned host copies (registration fallback) */
+    std::vector<void *> host_copies_pinned; /* page-locked host copies of pinned ranges */
     /* step inputs */
     int32_t *h_in;             /* pinned: ids [cap] then positions [cap] */
     int32_t *d_in;
