@@ -225,8 +225,14 @@ typedef struct backend_ops {
      * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t][s], summed in slot order. */
     int (*moe_experts)(backend *b, int il, const float *x, int n, const int32_t *ids,
                        const float *w, int k, float *out);
-    /* Host -> backend copy ordered after the work already queued (expert cache fills). */
+    /* Host -> backend copy (expert cache fills). The copies of a batch (those up to the next
+     * copy_end) start after the work queued before the batch's first copy, and may overlap
+     * work queued after it. copy_end closes the batch; with mark it remembers every copy queued
+     * so far, and copy_wait makes every later operation wait for the copies of the last mark.
+     * NULL copy_end / copy_wait: copies are ordered with everything else. */
     void (*copy_async)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*copy_end)(backend *b, bool mark);
+    void (*copy_wait)(backend *b);
     /* Wait for all queued work. */
     void (*sync)(backend *b);
     /* CUDA graphs of decode steps: graph_replay launches the graph captured under key for these

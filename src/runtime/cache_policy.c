@@ -64,6 +64,11 @@ void cache_policy_touch(cache_policy *p, int key) {
     p->last[key] = p->clock;
 }
 
+void cache_policy_rank(const cache_policy *p, int key, double *score, uint64_t *last) {
+    *score = p->score[key];
+    *last = p->last[key];
+}
+
 bool cache_policy_prefer_evict(const cache_policy *p, int a, int b) {
     if (p->score[a] != p->score[b]) return p->score[a] < p->score[b];
     return p->last[a] < p->last[b];

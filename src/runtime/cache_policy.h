@@ -42,5 +42,8 @@ const char *cache_policy_name(cache_policy_kind kind);
 void cache_policy_touch(cache_policy *p, int key);
 /* True when key a should be evicted before key b. */
 bool cache_policy_prefer_evict(const cache_policy *p, int a, int b);
+/* key's place in the eviction order: a goes before b exactly when (score, last) of a is
+ * lexicographically below b's (cache_policy_prefer_evict), for choosing many victims at once. */
+void cache_policy_rank(const cache_policy *p, int key, double *score, uint64_t *last);
 
 #endif

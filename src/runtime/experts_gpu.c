@@ -15,6 +15,7 @@
  *             cache's policy). Prefill chunks use the copy path either way.
  * The slots are filled at load time, so a run starts warm. Which copy a kernel reads never
  * changes the bytes, so every mode and cache size gives the resident result bit for bit. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,12 @@ typedef struct gslot {
     bool demand_load;  /* loaded by the current demand (counts as a miss at acquire) */
 } gslot;
 
+typedef struct victim { /* an eviction candidate (pick_victims) */
+    double score;
+    uint64_t last;
+    int slot;
+} victim;
+
 typedef struct gpu_store {
     expert_store base;
     backend *be;
@@ -48,6 +55,9 @@ typedef struct gpu_store {
     uint64_t demand_tick;
     int promote_max;        /* promotions per observed step */
     uint8_t *mark;          /* [n_expert] */
+    victim *cand;           /* [n_slots] pick_victims' work space */
+    int32_t *missing;       /* [n_expert] gpu_prefetch's experts to load */
+    bool wait_pending;      /* copies marked that kernels do not wait for yet */
 } gpu_store;
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -100,6 +110,20 @@ static void load(gpu_store *s, int i, int layer, int expert) {
                             slot_part(s, i, layer, EXPERT_UP), slot_part(s, i, layer, EXPERT_DOWN));
 }
 
+/* The backend runs copies beside the kernels (backend.h copy_end / copy_wait). Close a batch
+ * of slot copies; with mark, the next kernels_wait makes kernels wait for every copy so far. */
+static void copies_end(gpu_store *s, bool mark) {
+    if (s->be->ops->copy_end) s->be->ops->copy_end(s->be, mark);
+    s->wait_pending |= mark;
+}
+
+/* Kernels queued from now on read the slots filled so far (up to the last mark). */
+static void kernels_wait(gpu_store *s) {
+    if (!s->wait_pending) return;
+    if (s->be->ops->copy_wait) s->be->ops->copy_wait(s->be);
+    s->wait_pending = false;
+}
+
 static void evict(gpu_store *s, int i) {
     gslot *sl = &s->slots[i];
     if (sl->layer < 0) return;
@@ -125,6 +149,44 @@ static int find_victim(const gpu_store *s) {
             best = i;
     }
     return best;
+}
+
+static int victim_cmp(const void *x, const void *y) {
+    const victim *a = x, *b = y;
+    if (a->score != b->score) return a->score < b->score ? -1 : 1;
+    if (a->last != b->last) return a->last < b->last ? -1 : 1;
+    return (a->slot > b->slot) - (a->slot < b->slot);
+}
+
+/* The m evictable slots to fill next, coldest first (empty ones before any), in one pass over
+ * the slots: find_victim per expert costs a pass each, which for a prefill layer (all 256
+ * experts) was 580K slot visits. Returns how many were found (< m when too few are evictable);
+ * their indices go to the front of s->cand. */
+static int pick_victims(gpu_store *s, int m) {
+    victim *c = s->cand;
+    int n = 0;
+    const bool few = m <= 32; /* keep the best m in order as we go; else sort them all */
+    for (int i = 0; i < s->n_slots; i++) {
+        const gslot *sl = &s->slots[i];
+        victim v = {-INFINITY, 0, i};
+        if (sl->layer >= 0) {
+            if (!evictable(s, sl)) continue;
+            cache_policy_rank(s->policy, key_of(s, sl->layer, sl->expert), &v.score, &v.last);
+        } /* else empty: before every cached expert that has been used */
+        if (!few) {
+            c[n++] = v;
+            continue;
+        }
+        if (n == m && victim_cmp(&v, &c[m - 1]) >= 0) continue;
+        int j = n < m ? n++ : m - 1;
+        while (j > 0 && victim_cmp(&v, &c[j - 1]) < 0) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = v;
+    }
+    if (!few) qsort(c, (size_t)n, sizeof *c, victim_cmp);
+    return n < m ? n : m;
 }
 
 static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *out) {
@@ -154,8 +216,12 @@ static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *
             }
             evict(s, i);
             load(s, i, layer, expert);
+            copies_end(s, true);
         }
     }
+    /* acquire comes right before the layer's expert kernels: they wait for the demand copies
+     * (and earlier lookahead copies), not for a lookahead issued since */
+    kernels_wait(s);
     gslot *sl = &s->slots[i];
     sl->demand_load = false;
     sl->pins++;
@@ -179,19 +245,28 @@ static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, 
     gpu_store *s = (gpu_store *)base;
     if (s->resident) return;
     if (demand) s->demand_tick++;
+    int m = 0;
     for (int k = 0; k < n; k++) {
         int i = s->where[key_of(s, layer, experts[k])];
         if (i >= 0) {
             if (demand) s->slots[i].protect_tick = s->demand_tick;
             continue;
         }
-        i = find_victim(s);
-        if (i < 0) break; /* acquire reports it if the layer cannot fit */
+        s->missing[m++] = experts[k];
+    }
+    /* victims chosen before any is filled, so one just filled is never the next victim;
+     * too few: acquire reports it if the layer cannot fit */
+    const int nv = m > 0 ? pick_victims(s, m) : 0;
+    for (int k = 0; k < nv; k++) {
+        const int i = s->cand[k].slot;
         evict(s, i);
-        load(s, i, layer, experts[k]);
+        load(s, i, layer, s->missing[k]);
         s->slots[i].demand_load = demand;
         if (demand) s->slots[i].protect_tick = s->demand_tick;
     }
+    /* demand: the layer's kernels (after acquire) read these slots and any an earlier lookahead
+     * filled; a lookahead's copies overlap the current layer's kernels */
+    copies_end(s, demand);
 }
 
 /* After a decode step without the host (zerocopy): count hits and misses per unique expert and
@@ -228,6 +303,8 @@ static int gpu_observe(expert_store *base, int layer, const int32_t *experts, in
     }
     for (int k = 0; k < n; k++)
         if (experts[k] >= 0 && experts[k] < base->n_expert) s->mark[experts[k]] = 0;
+    copies_end(s, true); /* the next step's kernels read the promoted slots */
+    kernels_wait(s);
     return 0;
 }
 
@@ -241,6 +318,8 @@ static void gpu_free(expert_store *base) {
     free(s->slots);
     free(s->where);
     free(s->mark);
+    free(s->missing);
+    free(s->cand);
     free(s);
 }
 
@@ -272,7 +351,8 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
     s->base.per_layer = !p->resident && !p->zerocopy;
     s->promote_max = p->promote_max > 0 ? p->promote_max : 16;
     s->mark = calloc((size_t)l->n_expert, 1);
-    if (!s->mark || p->be->ops->experts_init(p->be, l) != 0) {
+    s->missing = malloc((size_t)l->n_expert * sizeof *s->missing);
+    if (!s->mark || !s->missing || p->be->ops->experts_init(p->be, l) != 0) {
         snprintf(err, err_len, "cannot set up the device expert table");
         gpu_free(&s->base);
         return NULL;
@@ -286,10 +366,11 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
         s->slot_bytes = expert_gpu_slot_bytes(l);
         s->n_slots = s->slot_bytes ? (int)(p->cache_bytes / s->slot_bytes) : 0;
         s->slots = calloc((size_t)(s->n_slots > 0 ? s->n_slots : 1), sizeof *s->slots);
+        s->cand = malloc((size_t)(s->n_slots > 0 ? s->n_slots : 1) * sizeof *s->cand);
         s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
         s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert, (double)s->n_slots);
         s->pool = s->n_slots > 0 ? be_alloc(p->be, (size_t)(s->slot_bytes * (uint64_t)s->n_slots)) : NULL;
-        if (s->n_slots < 1 || !s->slots || !s->where || !s->policy || !s->pool) {
+        if (s->n_slots < 1 || !s->slots || !s->cand || !s->where || !s->policy || !s->pool) {
             snprintf(err, err_len, "cannot allocate a GPU expert cache of %d slots of %llu bytes",
                      s->n_slots, (unsigned long long)s->slot_bytes);
             gpu_free(&s->base);

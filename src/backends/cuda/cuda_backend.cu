@@ -349,7 +349,10 @@ static void *op_alloc(backend *b, size_t bytes) {
 static void op_mfree(backend *b, void *p) {
     cuda_backend *c = CB(b);
     cuda_act_invalidate(c);
-    if (!c->capturing) CU(cudaStreamSynchronize(c->stream)); /* queued work may still use it */
+    if (!c->capturing) { /* queued work may still use it */
+        CU(cudaStreamSynchronize(c->copy_stream));
+        CU(cudaStreamSynchronize(c->stream));
+    }
     dev_free(c, p); /* deferred while capturing */
 }
 
@@ -402,19 +405,56 @@ static void op_memzero(backend *b, void *dst, size_t bytes) {
 static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_backend *c = CB(b);
     if (!bytes) return;
+    if (c->capturing) c->capture_broken = true; /* cache fills are not part of a graph */
     /* from the page-locked bytes of a pinned range (asynchronous DMA) */
     const uintptr_t a = (uintptr_t)src;
     auto it = std::upper_bound(c->pinned.begin(), c->pinned.end(), a,
                                [](uintptr_t x, const cuda_range &r) { return x < r.host; });
     if (it != c->pinned.begin() && a < (it - 1)->host + (it - 1)->bytes)
         src = (const void *)((it - 1)->pin + (a - (it - 1)->host));
-    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
+    if (!c->copy_batch_open) { /* the destination slots may be read by compute queued so far */
+        cuda_table_flush(c);
+        CU(cudaEventRecord(c->copy_guard, c->stream));
+        CU(cudaStreamWaitEvent(c->copy_stream, c->copy_guard, 0));
+        c->copy_batch_open = true;
+    }
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy_stream));
+    c->copies_unwaited = true;
+}
+
+/* Later compute waits for every copy queued so far (a no-op when there is none). */
+static void copy_join(cuda_backend *c) {
+    if (!c->copies_unwaited || c->capturing) return;
+    CU(cudaEventRecord(c->copy_done, c->copy_stream));
+    CU(cudaStreamWaitEvent(c->stream, c->copy_done, 0));
+    c->copies_unwaited = false;
+}
+
+static void op_copy_end(backend *b, bool mark) {
+    cuda_backend *c = CB(b);
+    c->copy_batch_open = false;
+    if (!mark || c->capturing) return;
+    CU(cudaEventRecord(c->copy_mark, c->copy_stream));
+    c->copy_marked = true;
+}
+
+static void op_copy_wait(backend *b) {
+    cuda_backend *c = CB(b);
+    if (!c->copy_marked) return;
+    if (c->capturing) {
+        c->capture_broken = true; /* a wait on a copy is not part of a graph */
+        return;
+    }
+    CU(cudaStreamWaitEvent(c->stream, c->copy_mark, 0));
+    c->copy_marked = false;
 }
 
 static void op_sync(backend *b) {
     cuda_backend *c = CB(b);
     if (c->capturing) return;
     cuda_table_flush(c);
+    copy_join(c);
+    c->copy_batch_open = false;
     CU(cudaStreamSynchronize(c->stream));
 }
 
@@ -571,6 +611,7 @@ static bool op_graph_replay(backend *b, uint64_t key, const int32_t *tokens, int
     if (!g || !g->exec || n > c->in_cap) return false;
     const double t0 = c->graph_timing ? wall_ms() : 0;
     cuda_table_flush(c);
+    copy_join(c);
     CU(cudaStreamSynchronize(c->stream));
     write_inputs(c, tokens, n, pos0);
     if (c->graph_timing) CU(cudaEventRecord(c->ev0, c->stream));
@@ -594,6 +635,7 @@ static void op_capture_begin(backend *b, uint64_t key) {
     c->cur_graph = g;
     if (c->no_graph || c->profile || g->failed || g->runs == 0) return; /* an eager run */
     cuda_table_flush(c);
+    copy_join(c);
     ensure_stage(c, 64ull << 20);
     CU(cudaStreamSynchronize(c->stream));
     cuda_act_invalidate(c);
@@ -669,6 +711,7 @@ static int op_capture_end(backend *b, bool ok) {
 
 static void op_free(backend *b) {
     cuda_backend *c = CB(b);
+    cudaStreamSynchronize(c->copy_stream);
     cudaStreamSynchronize(c->stream);
     if (c->graph_timing && c->timed_replays)
         fprintf(stderr, "sluice: %d graph replays: device %.3f ms, replay call %.3f ms per step\n",
@@ -687,6 +730,10 @@ static void op_free(backend *b) {
     cudaEventDestroy(c->ev0);
     cudaEventDestroy(c->ev1);
     cudaStreamDestroy(c->stream);
+    cudaEventDestroy(c->copy_guard);
+    cudaEventDestroy(c->copy_done);
+    cudaEventDestroy(c->copy_mark);
+    cudaStreamDestroy(c->copy_stream);
     c->h_table.clear();
     delete c;
 }
@@ -729,6 +776,8 @@ static backend_ops make_ops() {
     o.experts_set = op_experts_set;
     o.moe_experts = cuda_op_moe_experts;
     o.copy_async = op_copy_async;
+    o.copy_end = op_copy_end;
+    o.copy_wait = op_copy_wait;
     o.sync = op_sync;
     o.graph_replay = op_graph_replay;
     o.capture_begin = op_capture_begin;
@@ -791,6 +840,10 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&c->copy_guard, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&c->copy_done, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&c->copy_mark, cudaEventDisableTiming));
     CU(cudaEventCreate(&c->ev0));
     CU(cudaEventCreate(&c->ev1));
     /* code books */

@@ -1,9 +1,13 @@
 /* Internals of the CUDA backend shared by its translation units: the backend object, error
  * handling, device memory helpers and the launchers each .cu file exports.
  *
- * Execution model: every operation is queued on ONE stream in program order, so copies into the
- * expert cache, table updates and kernels are ordered exactly as the host issued them. The host
- * waits only in download (and sync). A decode step can be captured as a CUDA graph: operations
+ * Execution model: every operation is queued on ONE compute stream in program order, so table
+ * updates and kernels are ordered exactly as the host issued them. Expert cache fills
+ * (copy_async) run on a second, copy stream so they overlap the kernels: a batch of copies
+ * starts after the compute work queued before it (its slots may have been read until then);
+ * copy_end(mark) remembers the copies so far and copy_wait makes later compute wait for them,
+ * so a layer's kernels wait for its own experts but not for the next layer's lookahead copies. The host waits only in download
+ * (and sync). A decode step can be captured as a CUDA graph: operations
  * then only record; the graph reads every per-step value (token ids, positions) from device
  * buffers that set_inputs fills, so replaying it is equivalent to running the step again. */
 #pragma once
@@ -131,6 +135,13 @@ struct cuda_backend {
     backend base;
     int device;
     cudaStream_t stream;
+    cudaStream_t copy_stream;  /* expert cache fills (op_copy_async) */
+    cudaEvent_t copy_guard;    /* compute work before a copy batch */
+    cudaEvent_t copy_done;     /* every copy so far (copy_join: sync, graphs) */
+    cudaEvent_t copy_mark;     /* the copies up to the last copy_end(mark) */
+    bool copy_marked;          /* copy_mark recorded and not yet waited for */
+    bool copy_batch_open;      /* copy_guard recorded for the current batch */
+    bool copies_unwaited;      /* copies queued that compute has not been made to wait for */
     cudaDeviceProp prop;
     uint64_t budget;           /* bytes the backend may allocate (0: unlimited) */
     uint64_t allocated;        /* device bytes held (weights, state, scratch, cache) */
