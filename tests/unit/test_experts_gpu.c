@@ -86,8 +86,10 @@ static void fb_copy_async(backend *b, void *dst, const void *src, size_t bytes) 
     CHECK(f->n_pending < MAX_PENDING);
     f->copies++;
     f->copy_bytes += bytes;
-    if (f->defer && f->n_pending < MAX_PENDING) f->pending[f->n_pending++] = (copy_rec){d, src, bytes};
-    else memcpy(dst, src, bytes);
+    if (f->defer && f->n_pending < MAX_PENDING)
+        f->pending[f->n_pending++] = (copy_rec){d, src, bytes};
+    else
+        memcpy(dst, src, bytes);
 }
 static void fb_copy_end(backend *b, bool mark) {
     fake_be *f = (fake_be *)b;
@@ -151,6 +153,12 @@ static bool pending_in(const fake_be *f, const uint8_t *p, size_t n, int from) {
     for (int i = from; i < f->n_pending; i++)
         if (f->pending[i].dst < p + n && p < f->pending[i].dst + f->pending[i].bytes) return true;
     return false;
+}
+
+/* A copy into slot i after the last mark: the next copy_wait does not cover it. */
+static bool unmarked(const fake_be *f, int i) {
+    const uint64_t sb = expert_gpu_slot_bytes(&layout);
+    return i >= 0 && pending_in(f, f->pool + (uint64_t)i * sb, sb, f->n_marked);
 }
 
 /* What a kernel reading (L, e)'s table entry gets: its slot, -1 for the file's bytes, or -2
@@ -247,17 +255,17 @@ static expert_store *new_store(bool zerocopy, bool defer, int n_slots, int promo
  * prefetch of the next layer, acquire every needed expert, the kernel, release. */
 static void run_layer(expert_store *s, fake_be *f, int L, const int32_t *need, int n,
                       const int32_t *pred, int n_pred, uint64_t *acquires) {
-    const size_t sb = expert_gpu_slot_bytes(&layout);
     int slot[NE], hits = 0;
     for (int k = 0; k < n; k++) /* cached, maybe still being copied (a lookahead) */
         hits += slot_at(f, f->table[L][need[k]][EXPERT_GATE]) >= 0;
     const uint64_t hits0 = s->stats.hits;
     expert_prefetch(s, L, need, n, true);
-    for (int k = 0; k < n; k++) { /* all fit (20 slots, <= 16 needed, none pinned), and the
-                                   * copies are marked: the layer's kernels will wait for them */
+    /* all fit (20 slots, <= 16 needed, none pinned), their copies marked: the layer's kernels
+     * will wait for them (unmarked: copies after the mark into the slot) */
+    for (int k = 0; k < n; k++) {
         slot[k] = slot_at(f, f->table[L][need[k]][EXPERT_GATE]);
         CHECKF(slot[k] >= 0, "layer %d expert %d not cached by its demand prefetch", L, need[k]);
-        CHECK(!pending_in(f, f->pool + (size_t)slot[k] * sb, sb, f->n_marked));
+        CHECK(!unmarked(f, slot[k]));
     }
     if (n_pred > 0) {
         const uint64_t c0 = f->copies;
@@ -266,7 +274,7 @@ static void run_layer(expert_store *s, fake_be *f, int L, const int32_t *need, i
         if (f->defer && f->copies > c0) CHECK(f->n_pending > f->n_marked);
         for (int k = 0; k < n; k++) /* nor do they touch the demand in progress */
             CHECKF(slot_at(f, f->table[L][need[k]][EXPERT_GATE]) == slot[k] &&
-                       !pending_in(f, f->pool + (size_t)slot[k] * sb, sb, f->n_marked),
+                       !unmarked(f, slot[k]),
                    "lookahead of layer %d evicted (%d,%d)", L + 1, L, need[k]);
     }
     for (int k = 0; k < n; k++) {
