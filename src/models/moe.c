@@ -93,26 +93,34 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
 
 /* Router lookahead: apply the next MoE layer's norm and router to the residual stream as it is
  * now (after this layer's attention) and start reading the experts it would choose, so they
- * arrive while this layer's experts are multiplied. Only timing depends on it. */
-static void lookahead(const sluice_model *m, model_state *st, backend *be, int il, int n,
-                      struct moe_scratch *x) {
+ * arrive while this layer's experts are multiplied. Only timing depends on it. In two halves:
+ * lookahead_queue queues the routing (a device backend runs it with this layer's router, so one
+ * wait for the host covers both), lookahead_issue reads it back and prefetches. */
+static bool lookahead_queue(const sluice_model *m, model_state *st, backend *be, int il, int n,
+                            struct moe_scratch *x) {
     const hparams *hp = &m->hp;
     const int next = il + 1, k = hp->n_expert_used;
     if (next >= hp->n_layer || !m->layers[next].ffn_gate_inp.data ||
         !m->layout.layers[next].present)
-        return;
+        return false;
     if (!x->look_x) { /* backend buffers on first use */
         const size_t B = (size_t)x->n_batch;
         x->look_x = state_alloc(be, B * (size_t)hp->n_embd * sizeof(float));
         x->look_r = state_alloc(be, B * (size_t)hp->n_expert * sizeof(float));
         x->look_ids = state_alloc(be, B * (size_t)k * sizeof(int32_t));
         x->look_w = state_alloc(be, B * (size_t)k * sizeof(float));
-        if (!x->look_x || !x->look_r || !x->look_ids || !x->look_w) return; /* timing only */
+        if (!x->look_x || !x->look_r || !x->look_ids || !x->look_w) return false; /* timing only */
     }
     const layer_weights *N = &m->layers[next];
     be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
     be_matmul(be, &N->ffn_gate_inp, x->look_x, n, x->look_r);
     be_moe_route(be, x->look_r, n, hp->n_expert, k, false, x->look_ids, x->look_w);
+    return true;
+}
+
+static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, struct moe_scratch *x) {
+    const hparams *hp = &m->hp;
+    const int next = il + 1, k = hp->n_expert_used;
     be_download(be, x->look_h, x->look_ids, (size_t)n * k * sizeof(int32_t));
     memset(x->mark, 0, (size_t)hp->n_expert);
     x->n_pred = 0;
@@ -163,12 +171,16 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
     }
     be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, wts);
+    const bool table = be_has_expert_table(be) && m->experts->device_table;
+    const bool prep = table && layer_prep(m, n);
+    const bool look = m->experts->streaming && !m->params.no_prefetch && (!table || prep);
+    /* a device backend routes for the lookahead now, so the host waits once for both routings;
+     * the CPU computes it after the demand reads are issued */
+    const bool look_early = look && prep && lookahead_queue(m, st, be, il, n, xs);
 
     /* The expert table (device backends) needs the routing on the host only to prepare a
      * streaming cache layer by layer; the CPU path always does. Without the host in the layer,
      * a route callback is served after the pass from the slices (moe_step_end). */
-    const bool table = be_has_expert_table(be) && m->experts->device_table;
-    const bool prep = table && layer_prep(m, n);
     const bool host = !table || prep;
     int n_need = 0;
     if (host) {
@@ -205,7 +217,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         memset(xs->mark, 0, (size_t)hp->n_expert);
         if (m->experts->streaming) {
             expert_prefetch(m->experts, il, xs->need, n_need, true);
-            if (!m->params.no_prefetch) lookahead(m, st, be, il, n, xs);
+            if (look_early) lookahead_issue(m, be, il, n, xs);
+            else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs);
         }
     }
 

@@ -252,8 +252,11 @@ static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, 
             if (demand) s->slots[i].protect_tick = s->demand_tick;
             continue;
         }
+        if (s->mark[experts[k]]) continue; /* listed twice: load it once */
+        s->mark[experts[k]] = 1;
         s->missing[m++] = experts[k];
     }
+    for (int k = 0; k < m; k++) s->mark[s->missing[k]] = 0;
     /* victims chosen before any is filled, so one just filled is never the next victim;
      * too few: acquire reports it if the layer cannot fit */
     const int nv = m > 0 ? pick_victims(s, m) : 0;
@@ -349,6 +352,9 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
     s->resident = p->resident;
     s->base.streaming = !p->resident;
     s->base.per_layer = !p->resident && !p->zerocopy;
+    /* slots start with protect_tick 0: a tick of 0 would protect every one of them until the
+     * first demand prefetch (zero-copy decode has none, so nothing could ever be promoted) */
+    s->demand_tick = 1;
     s->promote_max = p->promote_max > 0 ? p->promote_max : 16;
     s->mark = calloc((size_t)l->n_expert, 1);
     s->missing = malloc((size_t)l->n_expert * sizeof *s->missing);
@@ -368,7 +374,10 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
         s->slots = calloc((size_t)(s->n_slots > 0 ? s->n_slots : 1), sizeof *s->slots);
         s->cand = malloc((size_t)(s->n_slots > 0 ? s->n_slots : 1) * sizeof *s->cand);
         s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
-        s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert, (double)s->n_slots);
+        /* the CPU cache's half-life (experts_stream.c): one cache-full collapses to no hits
+         * once a token's working set exceeds the cache (cache_policy.h) */
+        s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert,
+                                     cache_policy_engine_half_life(s->n_slots));
         s->pool = s->n_slots > 0 ? be_alloc(p->be, (size_t)(s->slot_bytes * (uint64_t)s->n_slots)) : NULL;
         if (s->n_slots < 1 || !s->slots || !s->cand || !s->where || !s->policy || !s->pool) {
             snprintf(err, err_len, "cannot allocate a GPU expert cache of %d slots of %llu bytes",

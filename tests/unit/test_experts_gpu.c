@@ -443,14 +443,8 @@ static void test_observe(void) {
     fake_be *f = &fake;
     expert_store *s = new_store(true, true, NE + 4, PROMOTE_MAX);
     if (!s) return;
-    /* a prefill chunk first: until the first demand prefetch every slot of a fresh store counts
-     * as protected (protect_tick == demand_tick == 0), and observe could promote nothing */
-    const int32_t warm[2] = {0, 1};
-    expert_views v;
-    expert_prefetch(s, 0, warm, 2, true);
-    CHECK(expert_acquire(s, 0, 0, &v) == 0 && expert_acquire(s, 0, 1, &v) == 0);
-    expert_release(s, 0, 0);
-    expert_release(s, 0, 1);
+    /* no demand prefetch first (zero-copy decode has none): a fresh store's slots must be
+     * evictable all the same (they once counted as protected until the first one) */
     const int32_t ids[8] = {10, 11, 12, 13, 14, 15, 10, 11}; /* layer 2: none cached */
     int code[NL][NE];
     for (int call = 1; call <= 4; call++) {
@@ -463,7 +457,30 @@ static void test_observe(void) {
         for (int e = 10; e < 16; e++) cached += code[2][e] >= 0;
         CHECKF(cached == (call < 3 ? call : 3) * PROMOTE_MAX, "call %d: %d cached", call, cached);
     }
-    CHECK(s->stats.acquires == 2 + 24 && s->stats.misses == 6 + 4 + 2 && s->stats.hits == 2 + 12);
+    CHECK(s->stats.acquires == 24 && s->stats.misses == 6 + 4 + 2 && s->stats.hits == 12);
+    expert_store_free(s);
+}
+
+/* A prefetch list with repeats (moe.c removes them, the store must not rely on it): each
+ * expert is loaded once, into one slot, and nothing overruns the store's work space. */
+static void test_duplicates(void) {
+    fake_be *f = &fake;
+    expert_store *s = new_store(false, false, NE + 4, PROMOTE_MAX);
+    if (!s) return;
+    int32_t ids[3 * NE];
+    for (int i = 0; i < 3 * NE; i++) ids[i] = (int32_t)(i % 2 ? 3 : 5 + i % 3);
+    int code[NL][NE];
+    CHECK(check_table(f, NE + 4, code) >= 0);
+    int missing = 0; /* of the distinct experts 3, 5, 6, 7, those the warm start left out */
+    for (int e = 3; e <= 7; e++) missing += e != 4 && code[2][e] < 0;
+    const uint64_t c0 = f->copies;
+    expert_prefetch(s, 2, ids, 3 * NE, true);
+    CHECK(check_table(f, NE + 4, code) >= 0);
+    int cached = 0;
+    for (int e = 3; e <= 7; e++) cached += e != 4 && code[2][e] >= 0;
+    CHECKF(missing > 0 && f->copies - c0 == 3 * (uint64_t)missing && cached == 4,
+           "%d missing, %llu parts copied, %d of 4 cached", missing,
+           (unsigned long long)(f->copies - c0), cached);
     expert_store_free(s);
 }
 
@@ -473,6 +490,7 @@ int main(void) {
     test_stream(true);
     test_too_small();
     test_observe();
+    test_duplicates();
     free(file);
     CHECK_DONE();
 }
