@@ -29,6 +29,8 @@
 #   nsys      Nsight Systems on the streamed 35B-A3B shape (needs stream's synth): copy mode
 #             (-p 2048 -b 2048 -n 32) and zero-copy decode; the CUDA API, memory-copy and
 #             kernel summaries go to nsys-copy.txt, nsys-zero.txt
+#   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
+#             both shapes, resident (synthesized in the background from the start)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -90,6 +92,12 @@ if has env; then
 fi
 
 SYNTH_PID=
+if has pprof; then
+  ( [ -f "$Q35" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS" && sync; }
+    [ -f "$Q30" ] || { "$SL" synth --preset qwen3moe-30b-a3b --type Q4_K_M -o "$Q30" -q -t "$THREADS" && sync; }
+    echo "synth done" ) > "$OUT/synth.log" 2>&1 &
+  SYNTH_PID=$!
+fi
 if has stream; then
   ( [ -f "$Q35" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS" && sync; }
     [ -f "$Q35Z" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --routing-skew 1 -o "$Q35Z" -q -t "$THREADS" && sync; }
@@ -306,6 +314,17 @@ if has stream; then
     bench_one "$n 8GiB copy pp2048" -m "$f" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
   done
   grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
+fi
+
+if has pprof; then
+  for f in "$Q30" "$Q35"; do
+    wait_for "$f" || continue
+    timeout 120 "$SL" bench -m "$f" --gpu --gpu-profile -p 2048 -n 0 -b 2048 -r 1 --no-warmup > "$W/pprof.log" 2>&1
+    say "pprof $(basename "$f"): rc=$?"
+    cat "$W/pprof.log" >> "$OUT/pprof.log"
+    sed -n '/CUDA op profile/,/| total/p' "$W/pprof.log" >> "$OUT/summary.txt"
+    timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+  done
 fi
 
 if has nsys; then

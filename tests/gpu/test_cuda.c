@@ -343,8 +343,10 @@ static void test_norm_rope_attn(backend *c, backend *g) {
 
 static void test_ssm(backend *c, backend *g) {
     printf("== conv1d_silu, gated delta rule, gates, sigmoid_mul, copy_rows\n");
-    {
-        const int n = 9, C = 300, K = 4;
+    /* n 2: fewer tokens than the window (the state shifts); 70: three token chunks (CONV_CHUNK) */
+    const int conv_ns[3] = {2, 9, 70};
+    for (int ni = 0; ni < 3; ni++) {
+        const int n = conv_ns[ni], C = 300, K = 4;
         float *x = rand_vec((size_t)n * C, 1.0f), *w = rand_vec((size_t)C * K, 0.5f);
         float *st = rand_vec((size_t)(K - 1) * C, 1.0f), *y = malloc((size_t)n * C * 4);
         float *xd = dev_copy(g, x, (size_t)n * C * 4), *std_ = dev_copy(g, st, (size_t)(K - 1) * C * 4);
@@ -352,18 +354,23 @@ static void test_ssm(backend *c, backend *g) {
         be_conv1d_silu(c, x, n, C, w, K, st, y);
         be_conv1d_silu(g, xd, n, C, w, K, std_, yd);
         float *yg = host_of(g, yd, (size_t)n * C), *sg = host_of(g, std_, (size_t)(K - 1) * C);
-        printf("  conv1d_silu rel %.2g state rel %.2g\n", rel_err(yg, y, (size_t)n * C),
+        printf("  conv1d_silu n %d: rel %.2g state rel %.2g\n", n, rel_err(yg, y, (size_t)n * C),
                rel_err(sg, st, (size_t)(K - 1) * C));
-        EXPECT(rel_err(yg, y, (size_t)n * C) < 1e-5 && rel_err(sg, st, (size_t)(K - 1) * C) == 0, "conv1d");
+        EXPECT(rel_err(yg, y, (size_t)n * C) < 1e-5 && rel_err(sg, st, (size_t)(K - 1) * C) == 0, "conv1d n %d", n);
+        /* w stays allocated: the device caches weights by host address, and a later w at the
+         * same address would read this one's device copy */
         free(x); free(st); free(y); free(yg); free(sg);
         be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
     }
     /* the fused conv + split + q/k norms against the three ops on the device, bit for bit
-     * (outputs and state), at the 35B-A3B shape and a small one, decode and a short prompt */
+     * (outputs and state), at the 35B-A3B shape and a small one, decode, a short prompt and one of
+     * three token chunks */
     {
         const int shapes[2][3] = {{2048, 4096, 128}, {128, 256, 64}}; /* kd, vd, dk */
+        const int fused_ns[3] = {1, 5, 70};
         for (int si = 0; si < 2; si++)
-            for (int n = 1; n <= 5; n += 4) {
+            for (int ni = 0; ni < 3; ni++) {
+                const int n = fused_ns[ni];
                 const int kd = shapes[si][0], vd = shapes[si][1], dk = shapes[si][2], C = 2 * kd + vd, K = 4;
                 float *x = rand_vec((size_t)n * C, 1.0f), *w = rand_vec((size_t)C * K, 0.5f);
                 float *st = rand_vec((size_t)(K - 1) * C, 1.0f);

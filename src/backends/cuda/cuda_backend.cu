@@ -837,6 +837,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_graph = p->no_graph;
     c->profile = p->profile;
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
+    c->attn_rows = getenv("SLUICE_CUDA_ATTN_ROWS") != nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));

@@ -183,6 +183,7 @@ struct cuda_backend {
     /* SLUICE_CUDA_GRAPH_TIMING: the device time of graph replays against the host's time for
      * the whole replay call (inputs, launch, wait, logits copy), printed at exit */
     bool graph_timing;
+    bool attn_rows;            /* SLUICE_CUDA_ATTN_ROWS: prefill attention by the warp-per-row kernel */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
 };

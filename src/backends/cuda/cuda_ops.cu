@@ -356,6 +356,171 @@ __global__ void k_attn_combine(const float *part, int splits, int hdv, float *ou
     }
 }
 
+/* Prefill (n > 8): 64 query rows (of one KV head) x 64 keys per step, register-tiled. The
+ * warp-per-row kernel above reads two shared-memory words per multiply-add; at 2048 tokens it
+ * took 58% of the 30B-A3B shape's prefill (8.2 ms per layer, bench/results/2026-11-30-cuda-
+ * stream.md). Here a thread owns 4 rows x 4 keys of the scores (rows ty + 16 r, keys tx + 16 c)
+ * and 4 rows x DV16 * 16 output dims, so each shared word feeds 4 products. Scores are the same
+ * d-ordered fused sums as above, the softmax per row is updated once per 64 keys (maximum and sum
+ * by a fixed butterfly), and P V adds keys in order: one fixed order per output element,
+ * whatever n or the grid. */
+#define APF_ROWS 64
+#define APF_KT 64
+#define APF_THREADS 256
+
+template <int DV16>
+__global__ void __launch_bounds__(APF_THREADS) k_attn_prefill(att_args A) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    extern __shared__ float sm[];
+    const int hd = A.hd, hdv = A.hd_v, hp = hd + 1;
+    float *Qs = sm;                         /* [64][hd + 1] */
+    float *Ks = Qs + APF_ROWS * hp;         /* [64][hd + 1] */
+    float *Vs = Ks + APF_KT * hp;           /* [64][hdv] */
+    float *Ps = Vs + APF_KT * hdv;          /* [64][65] scores, then probabilities */
+    float *Ms = Ps + APF_ROWS * 65;         /* [64] running maximum */
+    float *Ls = Ms + APF_ROWS;              /* [64] running sum */
+    float *Cs = Ls + APF_ROWS;              /* [64] this step's correction */
+    int *Pos = (int *)(Cs + APF_ROWS);      /* [64] the row's position, -1: no row */
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, warp = tid >> 5, lane = tid & 31;
+    const int G = A.n_head / A.n_head_kv, kvh = blockIdx.y, t0 = blockIdx.x * A.qt;
+    const int rows = A.qt * G;
+    const size_t krow = (size_t)A.n_head_kv * hd, vrow = (size_t)A.n_head_kv * hdv;
+    for (int r = tid; r < APF_ROWS; r += APF_THREADS) {
+        const int t = t0 + r / G;
+        Pos[r] = r < rows && t < A.n ? A.pos[t] : -1;
+        Ms[r] = -INFINITY;
+        Ls[r] = 0.0f;
+    }
+    for (int i = tid; i < APF_ROWS * hd; i += APF_THREADS) {
+        const int r = i / hd, d = i % hd, t = t0 + r / G, h = kvh * G + r % G;
+        Qs[r * hp + d] = r < rows && t < A.n ? A.q[((size_t)t * A.n_head + h) * hd + d] : 0.0f;
+    }
+    __syncthreads();
+    int nkv = 0;
+    for (int r = 0; r < APF_ROWS; r++) nkv = max(nkv, Pos[r] + 1);
+    float o[4][DV16];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < DV16; c++) o[r][c] = 0.0f;
+    for (int k0 = 0; k0 < nkv; k0 += APF_KT) {
+        for (int i = tid; i < APF_KT * hd; i += APF_THREADS) {
+            const int j = i / hd, d = i % hd;
+            Ks[j * hp + d] = k0 + j < nkv ? A.kc[(size_t)(k0 + j) * krow + (size_t)kvh * hd + d] : 0.0f;
+        }
+        for (int i = tid; i < APF_KT * hdv; i += APF_THREADS) {
+            const int j = i / hdv, d = i % hdv;
+            Vs[j * hdv + d] = k0 + j < nkv ? A.vc[(size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d] : 0.0f;
+        }
+        __syncthreads();
+        /* scores: rows ty + 16 r, keys tx + 16 c */
+        float sc[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sc[r][c] = 0.0f;
+        for (int d = 0; d < hd; d++) {
+            float qv[4], kv[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) qv[r] = Qs[(ty + 16 * r) * hp + d];
+#pragma unroll
+            for (int c = 0; c < 4; c++) kv[c] = Ks[(tx + 16 * c) * hp + d];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) sc[r][c] = __fmaf_rn(qv[r], kv[c], sc[r][c]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = ty + 16 * r, p = Pos[row];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int key = k0 + tx + 16 * c;
+                Ps[row * 65 + tx + 16 * c] = key <= p ? __fmul_rn(sc[r][c], A.scale) : -INFINITY;
+            }
+        }
+        __syncthreads();
+        /* the softmax step: warp w updates rows 8 w .. 8 w + 7, a lane holds keys lane, lane + 32 */
+        for (int rr = 0; rr < APF_ROWS / 8; rr++) {
+            const int row = warp * (APF_ROWS / 8) + rr;
+            const float s0 = Ps[row * 65 + lane], s1 = Ps[row * 65 + lane + 32];
+            float tm = fmaxf(s0, s1);
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
+            const float mo = Ms[row], mn = fmaxf(mo, tm);
+            float p0 = 0.0f, p1 = 0.0f, corr = 0.0f;
+            if (mn != -INFINITY) { /* else nothing visible yet: the row stays empty */
+                corr = mo == -INFINITY ? 0.0f : expf(__fsub_rn(mo, mn));
+                p0 = s0 == -INFINITY ? 0.0f : expf(__fsub_rn(s0, mn));
+                p1 = s1 == -INFINITY ? 0.0f : expf(__fsub_rn(s1, mn));
+            }
+            float ps = __fadd_rn(p0, p1);
+#pragma unroll
+            for (int off = 16; off >= 1; off >>= 1) ps = __fadd_rn(ps, __shfl_xor_sync(0xffffffffu, ps, off));
+            Ps[row * 65 + lane] = p0;
+            Ps[row * 65 + lane + 32] = p1;
+            __syncwarp();
+            if (lane == 0) {
+                Cs[row] = corr;
+                if (mn != -INFINITY) {
+                    Ls[row] = __fadd_rn(__fmul_rn(Ls[row], corr), ps);
+                    Ms[row] = mn;
+                }
+            }
+        }
+        __syncthreads();
+        /* O = O * corr + P V: rows ty + 16 r, dims tx + 16 c */
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float cr = Cs[ty + 16 * r];
+#pragma unroll
+            for (int c = 0; c < DV16; c++) o[r][c] = __fmul_rn(o[r][c], cr);
+        }
+        for (int j = 0; j < APF_KT; j++) {
+            float pv[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) pv[r] = Ps[(ty + 16 * r) * 65 + j];
+#pragma unroll
+            for (int c = 0; c < DV16; c++) {
+                const float v = Vs[j * hdv + tx + 16 * c];
+#pragma unroll
+                for (int r = 0; r < 4; r++) o[r][c] = __fmaf_rn(pv[r], v, o[r][c]);
+            }
+        }
+        __syncthreads(); /* the tiles are consumed */
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int row = ty + 16 * r;
+        if (Pos[row] < 0) continue;
+        const int t = t0 + row / G, h = kvh * G + row % G;
+        const float inv = __fdiv_rn(1.0f, Ls[row]);
+        float *orow = A.out + ((size_t)t * A.n_head + h) * hdv;
+#pragma unroll
+        for (int c = 0; c < DV16; c++) orow[tx + 16 * c] = __fmul_rn(o[r][c], inv);
+    }
+}
+
+template <int DV16> static void attn_prefill_launch(cuda_backend *c, const att_args &a, dim3 grid, size_t smem) {
+    static size_t set = 0;
+    if (smem > set) {
+        CU(cudaFuncSetAttribute(k_attn_prefill<DV16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
+    }
+    pdl_launch(k_attn_prefill<DV16>, grid, APF_THREADS, smem, c->stream, a);
+    CU_LAUNCH();
+}
+
+/* The tiled prefill kernel's shared memory, or 0 when it does not apply (the warp-per-row
+ * kernel then runs). */
+static size_t attn_prefill_smem(const cuda_backend *c, int n, int G, int hd, int hd_v) {
+    if (n <= 8 || G > APF_ROWS || hd_v % 16 != 0 || (hd_v != 64 && hd_v != 128 && hd_v != 256)) return 0;
+    const size_t f = (size_t)APF_ROWS * (hd + 1) + (size_t)APF_KT * (hd + 1) + (size_t)APF_KT * hd_v +
+                     (size_t)APF_ROWS * 65 + 4 * APF_ROWS;
+    const size_t bytes = f * sizeof(float);
+    return bytes <= (size_t)c->prop.sharedMemPerBlockOptin ? bytes : 0;
+}
+
 template <int DV> static void attn_launch(cuda_backend *c, const att_args &a, dim3 grid, size_t smem) {
     static size_t set = 0;
     if (smem > set) {
@@ -394,6 +559,17 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
     a.part = nullptr;
     if (a.splits > 1)
         a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.splits * (2 + hd_v) * sizeof(float));
+    const size_t pf_smem = c->attn_rows ? 0 : attn_prefill_smem(c, n, G, hd, hd_v);
+    if (pf_smem) {
+        a.qt = APF_ROWS / G;
+        dim3 pgrid(cdiv((size_t)n, (size_t)a.qt), n_head_kv, 1);
+        if (hd_v == 64) attn_prefill_launch<4>(c, a, pgrid, pf_smem);
+        else if (hd_v == 128) attn_prefill_launch<8>(c, a, pgrid, pf_smem);
+        else attn_prefill_launch<16>(c, a, pgrid, pf_smem);
+        cuda_act_invalidate_range(c, out, (size_t)n * n_head * hd_v * sizeof(float));
+        cuda_prof_end(c, "attention (prefill)");
+        return;
+    }
     dim3 grid(cdiv((size_t)n, (size_t)a.qt), n_head_kv, a.splits);
     const size_t smem = ((size_t)hd * 33 + (size_t)ATT_KT * hd_v + (size_t)ATT_WARPS * hd) * sizeof(float);
     const int dv = (hd_v + 31) / 32;
@@ -569,17 +745,43 @@ __device__ __forceinline__ float conv_silu_step(float *win, const float *wc, int
     return __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
 }
 
+/* Tokens per block of the conv kernels (blockIdx.y): an output depends on inputs only, so chunks
+ * of tokens run in parallel (the token-serial form took 2.3 ms per layer at 2048 tokens on the
+ * 35B-A3B shape, 64 blocks each walking every token). At least CONV_MAXK - 1, so only chunk 0
+ * reads the state; chunk 0 also writes the new one, after reading it, from the last inputs. */
+#define CONV_CHUNK 32
+static_assert(CONV_CHUNK >= CONV_MAXK - 1, "a chunk past the first must not need the state");
+
+/* The window before token t0 of channel ch: inputs t0 - K + 1 .. t0 - 1, the state before 0. */
+__device__ __forceinline__ void conv_window(float *win, const float *x, const float *state, int t0, int C,
+                                            int ch, int K) {
+    for (int i = 0; i < K - 1; i++) {
+        const int tau = t0 - (K - 1) + i;
+        win[i] = tau >= 0 ? x[(size_t)tau * C + ch] : state[(size_t)(tau + K - 1) * C + ch];
+    }
+}
+
+/* Chunk 0, after its tokens: the state becomes the last K - 1 inputs (with one chunk the window
+ * holds exactly those, also when n < K - 1). */
+__device__ __forceinline__ void conv_state_out(const float *win, const float *x, float *state, int n, int C,
+                                               int ch, int K) {
+    const bool one_chunk = n <= CONV_CHUNK;
+    for (int i = 0; i < K - 1; i++)
+        state[(size_t)i * C + ch] = one_chunk ? win[i] : x[(size_t)(n - (K - 1) + i) * C + ch];
+}
+
 __global__ void k_conv(const float *x, int n, int C, const float *w, int K, float *state, float *y) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
+    const int t0 = blockIdx.y * CONV_CHUNK, t1 = min(n, t0 + CONV_CHUNK);
     float win[CONV_MAXK];
     const float *wc = w + (size_t)ch * K;
-    for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
-    for (int t = 0; t < n; t++) {
+    conv_window(win, x, state, t0, C, ch, K);
+    for (int t = t0; t < t1; t++) {
         y[(size_t)t * C + ch] = conv_silu_step(win, wc, K, x[(size_t)t * C + ch]);
     }
-    for (int i = 0; i < K - 1; i++) state[(size_t)i * C + ch] = win[i];
+    if (blockIdx.y == 0) conv_state_out(win, x, state, n, C, ch, K);
 }
 
 void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const float *w, int kernel,
@@ -588,17 +790,19 @@ void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const 
     if (kernel < 1 || kernel > CONV_MAXK) abort();
     cuda_prof_begin(c);
     const float *wd = (const float *)cuda_weight(c, w, (size_t)channels * kernel * sizeof(float));
-    pdl_launch(k_conv, cdiv((size_t)channels, 128), 128, 0, c->stream, x, n, channels, wd, kernel, state, y);
+    const dim3 grid((unsigned)cdiv((size_t)channels, 128), (unsigned)cdiv((size_t)n, CONV_CHUNK));
+    pdl_launch(k_conv, grid, 128, 0, c->stream, x, n, channels, wd, kernel, state, y);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, y, (size_t)n * channels * sizeof(float));
     cuda_prof_end(c, "conv1d_silu");
 }
 
 /* conv1d_silu, the split into q | k | v and the L2 norm of each q and k head in one kernel: a
- * block per dk channels (one head of q or k, or a dk-wide piece of v), a thread per channel,
- * tokens in order. Each output is what k_conv computes; a q/k head's norm is reduced exactly
- * as k_norm<true, 32> reduces a row (thread t of warp 0 sums elements t, t + 32, ... in double
- * in that order, then the butterfly), so the values equal the three ops' bit for bit. */
+ * block per dk channels (one head of q or k, or a dk-wide piece of v) and CONV_CHUNK tokens, a
+ * thread per channel, the chunk's tokens in order. Each output is what k_conv computes; a q/k
+ * head's norm is reduced exactly as k_norm<true, 32> reduces a row (thread t of warp 0 sums
+ * elements t, t + 32, ... in double in that order, then the butterfly), so the values equal the
+ * three ops' bit for bit. */
 __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, const float *w, int K,
                              float *state, float eps, float *q, float *k, float *v) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
@@ -606,10 +810,11 @@ __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, cons
     __shared__ float scale_s;
     const int C = 2 * kd + vd, tid = threadIdx.x, ch = blockIdx.x * dk + tid;
     const int region = ch < kd ? 0 : ch < 2 * kd ? 1 : 2;
+    const int t0 = blockIdx.y * CONV_CHUNK, t1 = min(n, t0 + CONV_CHUNK);
     float win[CONV_MAXK];
     const float *wc = w + (size_t)ch * K;
-    for (int i = 0; i < K - 1; i++) win[i] = state[(size_t)i * C + ch];
-    for (int t = 0; t < n; t++) {
+    conv_window(win, x, state, t0, C, ch, K);
+    for (int t = t0; t < t1; t++) {
         const float y = conv_silu_step(win, wc, K, x[(size_t)t * C + ch]);
         if (region == 2) {
             v[(size_t)t * vd + (ch - 2 * kd)] = y;
@@ -637,7 +842,7 @@ __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, cons
         o[(size_t)t * kd + (ch - region * kd)] = __fmul_rn(y, scale_s);
         __syncthreads(); /* row and scale_s are reused by the next token */
     }
-    for (int i = 0; i < K - 1; i++) state[(size_t)i * C + ch] = win[i];
+    if (blockIdx.y == 0) conv_state_out(win, x, state, n, C, ch, K);
 }
 
 bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
@@ -649,7 +854,8 @@ bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, i
     cuda_prof_begin(c);
     const int C = 2 * kd + vd;
     const float *wd = (const float *)cuda_weight(c, w, (size_t)C * kernel * sizeof(float));
-    pdl_launch(k_conv_split, (unsigned)(C / dk), (unsigned)dk, (size_t)dk * sizeof(float), c->stream, x, n, kd,
+    const dim3 grid((unsigned)(C / dk), (unsigned)cdiv((size_t)n, CONV_CHUNK));
+    pdl_launch(k_conv_split, grid, (unsigned)dk, (size_t)dk * sizeof(float), c->stream, x, n, kd,
                vd, dk, wd, kernel, state, eps, q, k, v);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, q, (size_t)n * kd * sizeof(float));
