@@ -92,15 +92,19 @@ if has env; then
 fi
 
 SYNTH_PID=
-if has pprof; then
-  ( [ -f "$Q35" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS" && sync; }
-    [ -f "$Q30" ] || { "$SL" synth --preset qwen3moe-30b-a3b --type Q4_K_M -o "$Q30" -q -t "$THREADS" && sync; }
-    echo "synth done" ) > "$OUT/synth.log" 2>&1 &
-  SYNTH_PID=$!
-fi
-if has stream; then
-  ( [ -f "$Q35" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$Q35" -q -t "$THREADS" && sync; }
-    [ -f "$Q35Z" ] || { "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --routing-skew 1 -o "$Q35Z" -q -t "$THREADS" && sync; }
+BIGS=() # the full-size files the stream and pprof stages need, synthesized in one background job
+has stream && BIGS+=("$Q35" "$Q35Z")
+has pprof && BIGS+=("$Q35" "$Q30")
+if [ ${#BIGS[@]} -gt 0 ]; then
+  ( for f in $(printf '%s\n' "${BIGS[@]}" | awk '!seen[$0]++'); do
+      [ -f "$f" ] && continue
+      case $f in
+        "$Q35") "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M -o "$f" -q -t "$THREADS" ;;
+        "$Q35Z") "$SL" synth --preset qwen35moe-35b-a3b --type Q4_K_M --routing-skew 1 -o "$f" -q -t "$THREADS" ;;
+        "$Q30") "$SL" synth --preset qwen3moe-30b-a3b --type Q4_K_M -o "$f" -q -t "$THREADS" ;;
+      esac
+      sync
+    done
     echo "synth done" ) > "$OUT/synth.log" 2>&1 &
   SYNTH_PID=$!
 fi
@@ -308,6 +312,7 @@ if has stream; then
     wait_for "$f" || { say "stream: $(basename "$f") missing"; continue; }
     n=$(basename "$f" .gguf)
     [ "$f" = "$Q35" ] && "$SL" bench -m "$f" --gpu --gpu-budget 8GiB --plan >> "$OUT/summary.txt" 2>&1
+    [ "$f" = "$Q35" ] && bench_one "$n resident decode" -m "$f" --gpu -p 16 -n 128 -r 2
     bench_one "$n resident" -m "$f" --gpu -p 512 -n 64 -r 1
     bench_one "$n 8GiB copy" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
     bench_one "$n 8GiB zerocopy" -m "$f" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
@@ -324,6 +329,7 @@ if has pprof; then
     cat "$W/pprof.log" >> "$OUT/pprof.log"
     sed -n '/CUDA op profile/,/| total/p' "$W/pprof.log" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+    timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
   done
 fi
 
