@@ -138,19 +138,6 @@ static bool evictable(const gpu_store *s, const gslot *sl) {
     return sl->pins == 0 && sl->protect_tick != s->demand_tick;
 }
 
-static int find_victim(const gpu_store *s) {
-    int best = -1;
-    for (int i = 0; i < s->n_slots; i++) {
-        const gslot *sl = &s->slots[i];
-        if (sl->layer < 0) return i;
-        if (!evictable(s, sl)) continue;
-        if (best < 0 || cache_policy_prefer_evict(s->policy, key_of(s, sl->layer, sl->expert),
-                                                  key_of(s, s->slots[best].layer, s->slots[best].expert)))
-            best = i;
-    }
-    return best;
-}
-
 static int victim_cmp(const void *x, const void *y) {
     const victim *a = x, *b = y;
     if (a->score != b->score) return a->score < b->score ? -1 : 1;
@@ -188,6 +175,9 @@ static int pick_victims(gpu_store *s, int m) {
     if (!few) qsort(c, (size_t)n, sizeof *c, victim_cmp);
     return n < m ? n : m;
 }
+
+/* One slot to fill next, or -1 when none is evictable. */
+static int find_victim(gpu_store *s) { return pick_victims(s, 1) == 1 ? s->cand[0].slot : -1; }
 
 static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *out) {
     gpu_store *s = (gpu_store *)base;
