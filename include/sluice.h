@@ -54,7 +54,8 @@ typedef struct sluice_model_params {
     bool no_prefetch;      /* no router-lookahead prefetch */
     bool verify_reads;     /* CRC-check every expert record read from a store */
     int n_ctx;             /* context the plan reserves KV for; 0: trained length, max 4096 */
-    int n_batch;           /* prompt tokens per forward pass the plan reserves for; 0: 512 */
+    int n_batch;           /* prompt tokens per forward pass the plan reserves for; 0: 2048 when
+                            * every weight is resident for the CPU and that still fits, else 512 */
     bool plan_only;        /* compute the plan, allocate nothing (for --plan) */
     bool no_watchdog;      /* do not watch swap/pressure (the watchdog stops work cleanly) */
     /* ---- GPU (CUDA builds; sessions of such a model run on the device) ---- */
@@ -148,7 +149,7 @@ sluice_chat_format sluice_model_chat_format(const sluice_model *model);
 
 typedef struct sluice_session_params {
     int n_ctx;     /* positions the KV cache holds; 0: the model's trained length, capped at 4096 */
-    int n_batch;   /* tokens per forward pass when evaluating a prompt; 0: 512 */
+    int n_batch;   /* tokens per forward pass when evaluating a prompt; 0: the model plan's */
     int n_threads; /* 0: all online cores */
 } sluice_session_params;
 

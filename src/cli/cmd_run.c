@@ -30,7 +30,7 @@ int cmd_run(int argc, char **argv) {
         {"--n-predict", "-n", OPT_INT, &n_predict, "N", "tokens to generate (default 256)"},
         {"--threads", "-t", OPT_INT, &n_threads, "N", "CPU threads (default: all cores)"},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "N", "context positions (default: prompt + N, tight)"},
-        {"--batch-size", "-b", OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
+        {"--batch-size", "-b", OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default: 2048 when the model is resident on the CPU and memory allows, else 512)"},
         {"--temp", NULL, OPT_FLOAT, &sp.temperature, "T", "temperature; 0 = greedy (default 0.8)"},
         {"--top-k", NULL, OPT_INT, &sp.top_k, "K", "keep the K most likely tokens; 0 = off (default 40)"},
         {"--top-p", NULL, OPT_FLOAT, &sp.top_p, "P", "nucleus sampling; 1 = off (default 0.95)"},

@@ -20,7 +20,7 @@ int cli_add_model_opts(cli_opt *opts, int n, int cap, cli_model_opts *mo) {
     const cli_opt group[] = {
         {"--model", "-m", OPT_STR, &mo->path, "FILE", "GGUF model (default: the embedded sluice-moe-tiny)"},
         {"--ctx-size", "-c", OPT_INT, &mo->n_ctx, "N", "context positions (default: the model's trained length, at most 4096)"},
-        {"--batch-size", "-b", OPT_INT, &mo->n_batch, "N", "prompt tokens per forward pass (default 512)"},
+        {"--batch-size", "-b", OPT_INT, &mo->n_batch, "N", "prompt tokens per forward pass (default: 2048 when the model is resident on the CPU and memory allows, else 512)"},
         {"--threads", "-t", OPT_INT, &mo->n_threads, "N", "CPU threads (default: all cores)"},
     };
     return add(opts, n, cap, group, (int)(sizeof group / sizeof group[0]));

@@ -18,6 +18,14 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
 
 #define DEFAULT_PLAN_CTX 4096
 #define DEFAULT_PLAN_BATCH 512
+/* Without -b, a model whose weights are all resident in host memory for the CPU prefills in
+ * chunks of this many tokens when the plan still fits: a routed expert then sees about four
+ * times the tokens per chunk, so each decoded weight block serves more of them (30B-A3B shape,
+ * pp2048: 19.2 -> 24.2 t/s, bench/results/2026-11-30-cpu-30b-prefill-profile.md). Results do
+ * not change: the CPU's results do not depend on the batch. Streaming keeps DEFAULT_PLAN_BATCH
+ * (the memory goes to the expert cache), as does the GPU (its plan trades the batch against
+ * the VRAM expert cache). */
+#define AUTO_BATCH 2048
 
 /* What the planner needs to know about this model, in bytes. */
 static void model_facts(sluice_model *m) {
@@ -86,6 +94,17 @@ static int plan_and_bind(sluice_model *m, const char *label) {
     model_facts(m);
     plan_probe(&m->machine);
     plan_compute(&m->facts, &m->machine, &m->request, &m->plan);
+    if (p->n_batch <= 0 && p->backend != SLUICE_BACKEND_CUDA && m->plan.ok &&
+        m->plan.mode == SLUICE_MODE_RESIDENT) {
+        plan_request r = m->request;
+        r.n_batch = AUTO_BATCH < r.n_ctx ? AUTO_BATCH : r.n_ctx;
+        plan big;
+        plan_compute(&m->facts, &m->machine, &r, &big);
+        if (r.n_batch > m->request.n_batch && big.ok && big.mode == SLUICE_MODE_RESIDENT) {
+            m->request = r;
+            m->plan = big;
+        }
+    }
     if (p->backend == SLUICE_BACKEND_CUDA) return model_gpu_bind(m, label); /* the device plan decides */
     if (!m->plan.ok && !p->plan_only) {
         sluice_set_error("%s: memory plan refused: %s", label, m->plan.message);

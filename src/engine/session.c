@@ -36,7 +36,7 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
                          m->hp.n_ctx_train);
         return NULL;
     }
-    if (p.n_batch == 0) p.n_batch = DEFAULT_BATCH;
+    if (p.n_batch == 0) p.n_batch = m->plan.n_batch > 0 ? m->plan.n_batch : DEFAULT_BATCH; /* the plan's */
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     if (m->hp.n_expert > 0 && !m->experts) {
         sluice_set_error("the model was loaded for planning only");
