@@ -26,9 +26,6 @@
 #             --routing-skew 1 (both synthesized in the background from the start, /tmp/models),
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode)
-#   nsys      Nsight Systems on the streamed 35B-A3B shape (needs stream's synth): copy mode
-#             (-p 2048 -b 2048 -n 32) and zero-copy decode; the CUDA API, memory-copy and
-#             kernel summaries go to nsys-copy.txt, nsys-zero.txt
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
 #             both shapes, resident (synthesized in the background from the start)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
@@ -331,22 +328,6 @@ if has pprof; then
     timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
   done
-fi
-
-if has nsys; then
-  NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-  if [ -n "$NSYS" ] && wait_for "$Q35"; then
-    for mode in copy zero; do
-      extra=; [ $mode = zero ] && extra="--gpu-miss zerocopy"
-      timeout 200 "$NSYS" profile -o "$W/nsys-$mode" -f true -t cuda --stats=false "$SL" bench -m "$Q35" --gpu \
-        --gpu-budget 8GiB $extra -p 2048 -b 2048 -n 32 -r 1 --no-warmup > "$OUT/nsys-run-$mode.log" 2>&1
-      say "nsys $mode: rc=$?"
-      "$NSYS" stats -q -r cuda_api_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,cuda_gpu_kern_sum \
-        "$W/nsys-$mode.nsys-rep" 2>&1 | cut -c1-220 | head -150 > "$OUT/nsys-$mode.txt"
-    done
-  else
-    say "nsys: not found ($NSYS) or no model"
-  fi
 fi
 
 if has quick35; then
