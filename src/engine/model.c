@@ -21,7 +21,8 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
 /* Without -b, a model whose weights are all resident in host memory for the CPU prefills in
  * chunks of this many tokens when the plan still fits: a routed expert then sees about four
  * times the tokens per chunk, so each decoded weight block serves more of them (30B-A3B shape,
- * pp2048: 19.2 -> 24.2 t/s, bench/results/2026-11-30-cpu-30b-prefill-profile.md). Results do
+ * pp2048 on 2 cores: 16.4 -> 19.1 t/s side by side, bench/results/2026-11-30-cpu-30b-prefill-
+ * profile.md). Results do
  * not change: the CPU's results do not depend on the batch. Streaming keeps DEFAULT_PLAN_BATCH
  * (the memory goes to the expert cache), as does the GPU (its plan trades the batch against
  * the VRAM expert cache). */
