@@ -6,7 +6,9 @@
  *   - the device's dot product recipe (chunks of int8 words, integer group scales and mins,
  *     one float step per block, blocks summed in order) reproduces the CPU dot product: bit
  *     for bit where the float steps are the same (all but Q4_0, whose reference associates its
- *     product differently), else within a few ulp.
+ *     product differently), else within a few ulp;
+ *   - the types the tiled kernels treat as scaled per 32 values (scale_per_32) give both
+ *     16-value groups of every chunk the same scale and min.
  * The bit layouts are the part of a kernel most likely to be wrong and the hardest to see on a
  * GPU: this pins them down everywhere. */
 #include <cmath>
@@ -57,6 +59,7 @@ template <int T> static void check(const qtables *tb) {
     }
     /* the device recipe, blocks in order */
     float acc = 0.0f;
+    int shared_bad = 0;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = row.data() + (size_t)b * BYTES;
         float fw, fm;
@@ -80,6 +83,10 @@ template <int T> static void check(const qtables *tb) {
             uint32_t q[8];
             int sc[2], mn[2];
             dchunk<T>(blk, c, tb, q, sc, mn);
+            /* the tiled kernels take such chunks in one MMA with one scale */
+            if (scale_per_32<T>::value && (sc[0] != sc[1] || mn[0] != mn[1]) && shared_bad++ < 3)
+                printf("  %s block %d chunk %d: scales %d/%d mins %d/%d differ (scale_per_32)\n",
+                       quant_type_name(T), b, c, sc[0], sc[1], mn[0], mn[1]);
             int p[2] = {0, 0};
             for (int w = 0; w < 8; w++) {
                 uint32_t av;
@@ -99,9 +106,10 @@ template <int T> static void check(const qtables *tb) {
     const bool exact = memcmp(&acc, &ref, 4) == 0;
     const double rel = fabs((double)acc - ref) / (fabs(ref) > 1e-6 ? fabs(ref) : 1e-6);
     const bool ok_dot = T == QT_Q4_0 ? rel < 1e-6 : exact;
-    printf("%-8s decode %s, dot %s (device %.9g cpu %.9g)\n", quant_type_name(T),
-           bad ? "DIFFERS" : "exact", exact ? "exact" : ok_dot ? "within 1e-6" : "DIFFERS", acc, ref);
-    if (bad || !ok_dot) failures++;
+    printf("%-8s decode %s, dot %s (device %.9g cpu %.9g)%s\n", quant_type_name(T),
+           bad ? "DIFFERS" : "exact", exact ? "exact" : ok_dot ? "within 1e-6" : "DIFFERS", acc, ref,
+           scale_per_32<T>::value ? (shared_bad ? ", scale per 32: NO" : ", scale per 32: yes") : "");
+    if (bad || !ok_dot || shared_bad) failures++;
 }
 
 int main() {

@@ -237,6 +237,16 @@ const void *cuda_dev(const cuda_backend *c, const void *p) {
 
 static void add_range(std::vector<cuda_range> &v, cuda_range r);
 
+/* A host-to-device cudaMemcpy from pageable memory returns once the bytes are staged, possibly
+ * before its DMA has landed, and it runs on the legacy stream, which the non-blocking compute
+ * stream does not wait for: the next kernel could read part of the old bytes. (test_cuda's
+ * F32 matmul_multi check failed once so, on a loaded host.) Waiting for the legacy stream is
+ * allowed during a relaxed capture and costs nothing next to the copy itself. */
+void cuda_upload_sync(void *dst, const void *src, size_t bytes) {
+    CU(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    CU(cudaStreamSynchronize(cudaStreamLegacy));
+}
+
 const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes) {
     if (!p) return p;
     const uintptr_t a = (uintptr_t)p;
@@ -257,7 +267,7 @@ const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes) {
         fprintf(stderr, "sluice: out of device memory for %zu bytes of weights\n", bytes);
         abort();
     }
-    CU(cudaMemcpy(d, p, bytes, cudaMemcpyHostToDevice));
+    cuda_upload_sync(d, p, bytes);
     c->weight_blocks.push_back(d);
     add_range(c->uploads, {a, bytes, (uintptr_t)d, 0});
     return d;
@@ -313,7 +323,7 @@ static int op_weights_map(backend *b, const void *host, size_t bytes, bool uploa
         const size_t slice = 256ull << 20;
         for (size_t off = 0; off < bytes; off += slice) {
             const size_t len = bytes - off < slice ? bytes - off : slice;
-            CU(cudaMemcpy((uint8_t *)d + off, (const uint8_t *)host + off, len, cudaMemcpyHostToDevice));
+            cuda_upload_sync((uint8_t *)d + off, (const uint8_t *)host + off, len);
         }
         c->weight_blocks.push_back(d);
         add_range(c->uploads, {(uintptr_t)host, bytes, (uintptr_t)d, 0});
@@ -861,7 +871,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
         delete c;
         return nullptr;
     }
-    CU(cudaMemcpy(c->tables, &h, sizeof h, cudaMemcpyHostToDevice));
+    cuda_upload_sync(c->tables, &h, sizeof h);
     return &c->base;
 }
 

@@ -119,8 +119,8 @@ int backend_cuda_ep_selftest_plan(backend *b, const int32_t *ids, int m, const i
     CU(cudaMalloc((void **)&d, words * 4));
     int32_t *d_ids = d, *d_own = d_ids + m, *d_owner = d_own + n_expert, *d_perm = d_owner + m;
     int32_t *d_inv = d_perm + m, *d_counts = d_inv + m, *d_offsets = d_counts + R;
-    CU(cudaMemcpy(d_ids, ids, (size_t)m * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(d_own, own, (size_t)n_expert * 4, cudaMemcpyHostToDevice));
+    cuda_upload_sync(d_ids, ids, (size_t)m * 4);
+    cuda_upload_sync(d_own, own, (size_t)n_expert * 4);
     k_ep_plan<<<1, EP_PLAN_THREADS, 0, c->stream>>>(d_ids, m, d_own, R, d_owner, d_perm, d_inv, d_counts,
                                                    d_offsets);
     CU_LAUNCH();

@@ -208,6 +208,8 @@ const void *cuda_dev(const cuda_backend *c, const void *p);
 /* A weight pointer of known size: as cuda_dev, and host memory outside every mapped range
  * (buffers the model converted at load) is uploaded on first use. */
 const void *cuda_weight(cuda_backend *c, const void *p, size_t bytes);
+/* a host-to-device copy that has landed when it returns (pageable sources included) */
+void cuda_upload_sync(void *dst, const void *src, size_t bytes);
 /* Encoded activations of n rows of K floats at x for weight type `type` (cached). */
 qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type);
 /* A cache entry for x's encoding `act` (QT_Q8_K, ...) that the caller's own kernel fills (a

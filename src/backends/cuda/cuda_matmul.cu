@@ -8,10 +8,12 @@
  *     lane, and the lanes' float sums folded in a fixed butterfly. A grouped form reads the
  *     weights of slot j from the expert table (MoE decode).
  *   tiled (n > 8): 64 rows x 64 activation rows per block of 4 warps; per 256 values the
- *     weights are decoded to int8 in shared memory and multiplied with int8 tensor-core MMAs
- *     (m16n8k16: one 16-value group per MMA, so every group's exact integer sum is scaled by
- *     its integer scale); float terms per block as in the reference. A grouped form takes its
- *     tiles (expert, entries) from cuda_moe's grouping (MoE prefill).
+ *     weights are decoded to int8 in shared memory and multiplied with int8 tensor-core MMAs,
+ *     one per group of values that shares an integer scale (m16n8k32 for types scaled per 32
+ *     values, m16n8k16 per 16), so every group's exact integer sum is scaled by its integer
+ *     scale; the mins' integer sums are tensor-core products too; float terms per block as in
+ *     the reference. A grouped form takes its tiles (expert, entries) from cuda_moe's grouping
+ *     (MoE prefill).
  * F32/F16/BF16 weights use float forms of both (products of the rounded activations).
  * Every output element is computed by one thread in a fixed order: results do not depend on
  * the grid, on n within a family, or on which other rows share a tile. */
@@ -458,6 +460,22 @@ __device__ __forceinline__ void mma_s8_16816(int c[4], int a0, int a1, int b) {
                  : "r"(a0), "r"(a1), "r"(b), "r"(0));
 }
 
+/* one 32-value chunk: A rows gid / gid + 8, values 4 tig.. and 16 + 4 tig..; B likewise */
+__device__ __forceinline__ void mma_s8_16832(int c[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+/* c += A (s8) x B (u8): the low bytes of the activation group sums */
+__device__ __forceinline__ void mma_s8u8_16816_acc(int c[4], int a0, int a1, int b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+}
+
 /* Fills Arow (activation row per tile column, -1: none) and Orow (output row); returns the
  * weight base, or nullptr when the block has no tile. */
 __device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Arow, int *Orow) {
@@ -482,24 +500,31 @@ __device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Ar
     return A.s.w;
 }
 
+/* Shared memory of k_mm_q: int8 weights and activation codes (TS-strided rows), the weights'
+ * integer scales per 16-value group, their mins (int8, 16 per row), float factors, the
+ * activations' scales and, for types with mins, their group sums split into a signed high
+ * byte and an unsigned low byte (sum = 256 hi + lo, exact), so that the mins' sums are two
+ * tensor-core products. Rows of 16 bytes are conflict-free for fragment loads. */
 template <int T> struct tile_smem {
     static constexpr int WQ = 0, AQ = 64 * TS, WSC = AQ + 64 * TS, WMN = WSC + 64 * 17 * 4,
-                         WF = WMN + 64 * 17 * 4, WFM = WF + 64 * 9 * 4, AD = WFM + 64 * 4,
-                         ABS = AD + 64 * 9 * 4, AROW = ABS + 64 * 17 * 4, OROW = AROW + 64 * 4,
-                         BYTES = OROW + 64 * 4;
+                         WF = WMN + 64 * 16, WFM = WF + 64 * 9 * 4, AD = WFM + 64 * 4,
+                         ABH = AD + 64 * 9 * 4, ABL = ABH + 64 * 16, AROW = ABL + 64 * 16,
+                         OROW = AROW + 64 * 4, BYTES = OROW + 64 * 4;
 };
 
 template <int T>
 __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
-    constexpr bool MIN = qtraits<T>::MIN;
+    constexpr bool MIN = qtraits<T>::MIN, SC32 = scale_per_32<T>::value;
     using L = tile_smem<T>;
     extern __shared__ __align__(16) uint8_t sm[];
     int8_t *Wq = (int8_t *)(sm + L::WQ), *Aq = (int8_t *)(sm + L::AQ);
-    int *Wsc = (int *)(sm + L::WSC), *Wmn = (int *)(sm + L::WMN);
+    int *Wsc = (int *)(sm + L::WSC);
+    int8_t *Wmn = (int8_t *)(sm + L::WMN), *Abh = (int8_t *)(sm + L::ABH);
+    uint8_t *Abl = (uint8_t *)(sm + L::ABL);
     float *Wf = (float *)(sm + L::WF), *Wfm = (float *)(sm + L::WFM), *Ad = (float *)(sm + L::AD);
-    int *Abs = (int *)(sm + L::ABS), *Arow = (int *)(sm + L::AROW), *Orow = (int *)(sm + L::OROW);
+    int *Arow = (int *)(sm + L::AROW), *Orow = (int *)(sm + L::OROW);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
     const uint8_t *wbase = tile_setup(A, Arow, Orow);
@@ -544,8 +569,8 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
             Wsc[r * 17 + 2 * cc] = sc[0];
             Wsc[r * 17 + 2 * cc + 1] = sc[1];
             if (MIN) {
-                Wmn[r * 17 + 2 * cc] = mn[0];
-                Wmn[r * 17 + 2 * cc + 1] = mn[1];
+                Wmn[r * 16 + 2 * cc] = (int8_t)mn[0];
+                Wmn[r * 16 + 2 * cc + 1] = (int8_t)mn[1];
             }
             if (B == 32) {
                 Wf[r * 9 + cc] = fw;
@@ -569,7 +594,9 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
         if (MIN)
             for (int i = tid; i < 64 * 16; i += 128) {
                 const int r = i >> 4, g = i & 15, ar = Arow[r];
-                Abs[r * 17 + g] = ar >= 0 ? A.a.bs[(size_t)ar * (K / 16) + (size_t)ks * 16 + g] : 0;
+                const int bs = ar >= 0 ? A.a.bs[(size_t)ar * (K / 16) + (size_t)ks * 16 + g] : 0;
+                Abh[r * 16 + g] = (int8_t)(bs >> 8); /* |bs| <= 16 * 128 */
+                Abl[r * 16 + g] = (uint8_t)(bs & 255);
             }
         __syncthreads();
 #pragma unroll
@@ -578,49 +605,116 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acci[i][j][e] = 0;
-#pragma unroll 4
-        for (int g = 0; g < 16; g++) {
-            int a0[2], a1[2], s0[2], s1[2], bq[4];
+        if constexpr (SC32) {
+            /* one m16n8k32 per 32-value chunk, its exact sum times the chunk's scale */
+#pragma unroll 2
+            for (int g = 0; g < 8; g++) {
+                int a[2][4], s0[2], s1[2], bq[4][2];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + gid;
-                a0[mt] = *reinterpret_cast<const int *>(Wq + r * TS + g * 16 + tig * 4);
-                a1[mt] = *reinterpret_cast<const int *>(Wq + (r + 8) * TS + g * 16 + tig * 4);
-                s0[mt] = Wsc[r * 17 + g];
-                s1[mt] = Wsc[(r + 8) * 17 + g];
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-                bq[nt] = *reinterpret_cast<const int *>(Aq + (wn * 32 + nt * 8 + gid) * TS + g * 16 + tig * 4);
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+                for (int mt = 0; mt < 2; mt++) {
+                    const int r = wm * 32 + mt * 16 + gid;
+                    const int8_t *w0 = Wq + r * TS + g * 32 + tig * 4, *w1 = w0 + 8 * TS;
+                    a[mt][0] = *reinterpret_cast<const int *>(w0);
+                    a[mt][1] = *reinterpret_cast<const int *>(w1);
+                    a[mt][2] = *reinterpret_cast<const int *>(w0 + 16);
+                    a[mt][3] = *reinterpret_cast<const int *>(w1 + 16);
+                    s0[mt] = Wsc[r * 17 + 2 * g];
+                    s1[mt] = Wsc[(r + 8) * 17 + 2 * g];
+                }
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
-                    int c4[4];
-                    mma_s8_16816(c4, a0[mt], a1[mt], bq[nt]);
-                    acci[mt][nt][0] += s0[mt] * c4[0];
-                    acci[mt][nt][1] += s0[mt] * c4[1];
-                    acci[mt][nt][2] += s1[mt] * c4[2];
-                    acci[mt][nt][3] += s1[mt] * c4[3];
+                    const int8_t *ap = Aq + (wn * 32 + nt * 8 + gid) * TS + g * 32 + tig * 4;
+                    bq[nt][0] = *reinterpret_cast<const int *>(ap);
+                    bq[nt][1] = *reinterpret_cast<const int *>(ap + 16);
                 }
-            if (B == 32 && (g & 1)) { /* a 32-value block ends: its float term */
-                const int b = g >> 1;
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < 4; nt++)
+                    for (int nt = 0; nt < 4; nt++) {
+                        int c4[4];
+                        mma_s8_16832(c4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], bq[nt][0], bq[nt][1]);
+                        acci[mt][nt][0] += s0[mt] * c4[0];
+                        acci[mt][nt][1] += s0[mt] * c4[1];
+                        acci[mt][nt][2] += s1[mt] * c4[2];
+                        acci[mt][nt][3] += s1[mt] * c4[3];
+                    }
+                if (B == 32) { /* a 32-value block ends: its float term */
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
-                            const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
-                            accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
-                                                        block_term<T>(Wf[r * 9 + b], 0.0f, Ad[col * 9 + b],
-                                                                      acci[mt][nt][e], 0));
-                            acci[mt][nt][e] = 0;
-                        }
+                    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
+                                const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
+                                accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
+                                                            block_term<T>(Wf[r * 9 + g], 0.0f, Ad[col * 9 + g],
+                                                                          acci[mt][nt][e], 0));
+                                acci[mt][nt][e] = 0;
+                            }
+                }
+            }
+        } else {
+            /* one m16n8k16 per 16-value group (its own scale) */
+#pragma unroll 4
+            for (int g = 0; g < 16; g++) {
+                int a0[2], a1[2], s0[2], s1[2], bq[4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const int r = wm * 32 + mt * 16 + gid;
+                    a0[mt] = *reinterpret_cast<const int *>(Wq + r * TS + g * 16 + tig * 4);
+                    a1[mt] = *reinterpret_cast<const int *>(Wq + (r + 8) * TS + g * 16 + tig * 4);
+                    s0[mt] = Wsc[r * 17 + g];
+                    s1[mt] = Wsc[(r + 8) * 17 + g];
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+                    bq[nt] = *reinterpret_cast<const int *>(Aq + (wn * 32 + nt * 8 + gid) * TS + g * 16 + tig * 4);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        int c4[4];
+                        mma_s8_16816(c4, a0[mt], a1[mt], bq[nt]);
+                        acci[mt][nt][0] += s0[mt] * c4[0];
+                        acci[mt][nt][1] += s0[mt] * c4[1];
+                        acci[mt][nt][2] += s1[mt] * c4[2];
+                        acci[mt][nt][3] += s1[mt] * c4[3];
+                    }
+                static_assert(B == 256 || SC32, "32-value blocks take the chunk path");
             }
         }
         if (B == 256) {
+            /* the mins' sums: sum over the 16 groups of min x group sum, as 256 x (mins . high
+             * bytes) + (mins . low bytes) on the tensor cores, exact */
+            int msum[2][4][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) msum[mt][nt][e] = 0;
+            if (MIN) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const int r = wm * 32 + mt * 16 + gid;
+                    const int m0 = *reinterpret_cast<const int *>(Wmn + r * 16 + tig * 4);
+                    const int m1 = *reinterpret_cast<const int *>(Wmn + (r + 8) * 16 + tig * 4);
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        const int col = wn * 32 + nt * 8 + gid;
+                        const int bh = *reinterpret_cast<const int *>(Abh + col * 16 + tig * 4);
+                        const int bl = *reinterpret_cast<const int *>(Abl + col * 16 + tig * 4);
+                        int c4[4];
+                        mma_s8_16816(c4, m0, m1, bh);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) c4[e] *= 256;
+                        mma_s8u8_16816_acc(c4, m0, m1, bl);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) msum[mt][nt][e] = c4[e];
+                    }
+                }
+            }
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -629,13 +723,9 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
                     for (int e = 0; e < 4; e++) {
                         const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
                         const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
-                        int ms = 0;
-                        if (MIN)
-#pragma unroll
-                            for (int g = 0; g < 16; g++) ms += Wmn[r * 17 + g] * Abs[col * 17 + g];
                         accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
                                                     block_term<T>(Wf[r * 9], Wfm[r], Ad[col * 9],
-                                                                  acci[mt][nt][e], ms));
+                                                                  acci[mt][nt][e], msum[mt][nt][e]));
                     }
         }
         __syncthreads();

@@ -359,41 +359,50 @@ __global__ void k_attn_combine(const float *part, int splits, int hdv, float *ou
 /* Prefill (n > 8): 64 query rows (of one KV head) x 64 keys per step, register-tiled. The
  * warp-per-row kernel above reads two shared-memory words per multiply-add; at 2048 tokens it
  * took 58% of the 30B-A3B shape's prefill (8.2 ms per layer, bench/results/2026-11-30-cuda-
- * stream.md). Here a thread owns 4 rows x 4 keys of the scores (rows ty + 16 r, keys tx + 16 c)
- * and 4 rows x DV16 * 16 output dims, so each shared word feeds 4 products. Scores are the same
- * d-ordered fused sums as above, the softmax per row is updated once per 64 keys (maximum and sum
- * by a fixed butterfly), and P V adds keys in order: one fixed order per output element,
- * whatever n or the grid. */
+ * stream.md). Here a thread owns 4 rows x 4 keys of the scores (rows 4 ty + r, keys 4 tx + c)
+ * and 4 rows x DV16 * 16 output dims (float4 groups 64 g + 4 tx), Q and K sit transposed in
+ * shared memory so that each step reads one float4 of each for 16 products, and V takes K's
+ * place once the scores are done (82 KB at head size 128: two blocks per SM). Scores are the
+ * same d-ordered fused sums as the decode kernel's, the softmax per row is updated once per 64
+ * keys (maximum and sum by a fixed butterfly), and P V adds keys in order: one fixed order per
+ * output element, whatever n or the grid. */
 #define APF_ROWS 64
 #define APF_KT 64
 #define APF_THREADS 256
 
 template <int DV16>
-__global__ void __launch_bounds__(APF_THREADS) k_attn_prefill(att_args A) {
+__global__ void __launch_bounds__(APF_THREADS, DV16 <= 8 ? 2 : 1) k_attn_prefill(att_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    extern __shared__ float sm[];
-    const int hd = A.hd, hdv = A.hd_v, hp = hd + 1;
-    float *Qs = sm;                         /* [64][hd + 1] */
-    float *Ks = Qs + APF_ROWS * hp;         /* [64][hd + 1] */
-    float *Vs = Ks + APF_KT * hp;           /* [64][hdv] */
-    float *Ps = Vs + APF_KT * hdv;          /* [64][65] scores, then probabilities */
-    float *Ms = Ps + APF_ROWS * 65;         /* [64] running maximum */
-    float *Ls = Ms + APF_ROWS;              /* [64] running sum */
-    float *Cs = Ls + APF_ROWS;              /* [64] this step's correction */
-    int *Pos = (int *)(Cs + APF_ROWS);      /* [64] the row's position, -1: no row */
+    extern __shared__ __align__(16) float sm[];
+    constexpr int HDV = DV16 * 16, VG = HDV / 64; /* float4 groups of output dims per thread */
+    const int hd = A.hd;
+    float *Qt = sm;                          /* [hd][64]: Q transposed */
+    const int kvf = hd * APF_KT > APF_KT * HDV ? hd * APF_KT : APF_KT * HDV;
+    float *KV = Qt + hd * APF_ROWS;          /* [hd][64] K transposed, then [64][HDV] V */
+    float *Ps = KV + kvf;                    /* [64][65] scores, then probabilities */
+    float *Ms = Ps + APF_ROWS * 65;          /* [64] running maximum */
+    float *Ls = Ms + APF_ROWS;               /* [64] running sum */
+    float *Cs = Ls + APF_ROWS;               /* [64] this step's correction */
+    int *Pos = (int *)(Cs + APF_ROWS);       /* [64] the row's position, -1: no row */
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, warp = tid >> 5, lane = tid & 31;
     const int G = A.n_head / A.n_head_kv, kvh = blockIdx.y, t0 = blockIdx.x * A.qt;
-    const int rows = A.qt * G;
-    const size_t krow = (size_t)A.n_head_kv * hd, vrow = (size_t)A.n_head_kv * hdv;
+    const int rows = A.qt * G, hd4 = hd / 4;
+    const size_t krow = (size_t)A.n_head_kv * hd, vrow = (size_t)A.n_head_kv * HDV;
     for (int r = tid; r < APF_ROWS; r += APF_THREADS) {
         const int t = t0 + r / G;
         Pos[r] = r < rows && t < A.n ? A.pos[t] : -1;
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
     }
-    for (int i = tid; i < APF_ROWS * hd; i += APF_THREADS) {
-        const int r = i / hd, d = i % hd, t = t0 + r / G, h = kvh * G + r % G;
-        Qs[r * hp + d] = r < rows && t < A.n ? A.q[((size_t)t * A.n_head + h) * hd + d] : 0.0f;
+    /* Q: a thread reads 4 dims of one row (rows fastest: the transposed stores are conflict-free) */
+    for (int i = tid; i < APF_ROWS * hd4; i += APF_THREADS) {
+        const int r = i % APF_ROWS, d4 = i / APF_ROWS, t = t0 + r / G, h = kvh * G + r % G;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < rows && t < A.n) v = *reinterpret_cast<const float4 *>(A.q + ((size_t)t * A.n_head + h) * hd + 4 * d4);
+        Qt[(4 * d4) * APF_ROWS + r] = v.x;
+        Qt[(4 * d4 + 1) * APF_ROWS + r] = v.y;
+        Qt[(4 * d4 + 2) * APF_ROWS + r] = v.z;
+        Qt[(4 * d4 + 3) * APF_ROWS + r] = v.w;
     }
     __syncthreads();
     int nkv = 0;
@@ -404,42 +413,51 @@ __global__ void __launch_bounds__(APF_THREADS) k_attn_prefill(att_args A) {
 #pragma unroll
         for (int c = 0; c < DV16; c++) o[r][c] = 0.0f;
     for (int k0 = 0; k0 < nkv; k0 += APF_KT) {
-        for (int i = tid; i < APF_KT * hd; i += APF_THREADS) {
-            const int j = i / hd, d = i % hd;
-            Ks[j * hp + d] = k0 + j < nkv ? A.kc[(size_t)(k0 + j) * krow + (size_t)kvh * hd + d] : 0.0f;
-        }
-        for (int i = tid; i < APF_KT * hdv; i += APF_THREADS) {
-            const int j = i / hdv, d = i % hdv;
-            Vs[j * hdv + d] = k0 + j < nkv ? A.vc[(size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d] : 0.0f;
+        for (int i = tid; i < APF_KT * hd4; i += APF_THREADS) {
+            const int j = i % APF_KT, d4 = i / APF_KT;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (k0 + j < nkv) v = *reinterpret_cast<const float4 *>(A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd + 4 * d4);
+            KV[(4 * d4) * APF_KT + j] = v.x;
+            KV[(4 * d4 + 1) * APF_KT + j] = v.y;
+            KV[(4 * d4 + 2) * APF_KT + j] = v.z;
+            KV[(4 * d4 + 3) * APF_KT + j] = v.w;
         }
         __syncthreads();
-        /* scores: rows ty + 16 r, keys tx + 16 c */
+        /* scores: rows 4 ty + r, keys 4 tx + c */
         float sc[4][4];
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) sc[r][c] = 0.0f;
+#pragma unroll 4
         for (int d = 0; d < hd; d++) {
-            float qv[4], kv[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++) qv[r] = Qs[(ty + 16 * r) * hp + d];
-#pragma unroll
-            for (int c = 0; c < 4; c++) kv[c] = Ks[(tx + 16 * c) * hp + d];
+            const float4 qv = *reinterpret_cast<const float4 *>(Qt + d * APF_ROWS + 4 * ty);
+            const float4 kv = *reinterpret_cast<const float4 *>(KV + d * APF_KT + 4 * tx);
+            const float q4[4] = {qv.x, qv.y, qv.z, qv.w}, k4[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
             for (int r = 0; r < 4; r++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) sc[r][c] = __fmaf_rn(qv[r], kv[c], sc[r][c]);
+                for (int c = 0; c < 4; c++) sc[r][c] = __fmaf_rn(q4[r], k4[c], sc[r][c]);
         }
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const int row = ty + 16 * r, p = Pos[row];
+            const int row = 4 * ty + r, p = Pos[row];
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int key = k0 + tx + 16 * c;
-                Ps[row * 65 + tx + 16 * c] = key <= p ? __fmul_rn(sc[r][c], A.scale) : -INFINITY;
+                const int key = k0 + 4 * tx + c;
+                Ps[row * 65 + 4 * tx + c] = key <= p ? __fmul_rn(sc[r][c], A.scale) : -INFINITY;
             }
         }
-        __syncthreads();
+        __syncthreads(); /* K consumed: V may take its place */
+        /* V's loads are issued before the softmax step and stored after it */
+        constexpr int VPT = APF_KT * HDV / 4 / APF_THREADS; /* float4s per thread */
+        float4 vv[VPT];
+#pragma unroll
+        for (int u = 0; u < VPT; u++) {
+            const int i = tid + u * APF_THREADS, j = i / (HDV / 4), d4 = i % (HDV / 4);
+            vv[u] = k0 + j < nkv ? *reinterpret_cast<const float4 *>(A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * HDV + 4 * d4)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
         /* the softmax step: warp w updates rows 8 w .. 8 w + 7, a lane holds keys lane, lane + 32 */
         for (int rr = 0; rr < APF_ROWS / 8; rr++) {
             const int row = warp * (APF_ROWS / 8) + rr;
@@ -468,36 +486,49 @@ __global__ void __launch_bounds__(APF_THREADS) k_attn_prefill(att_args A) {
                 }
             }
         }
+#pragma unroll
+        for (int u = 0; u < VPT; u++) reinterpret_cast<float4 *>(KV)[tid + u * APF_THREADS] = vv[u];
         __syncthreads();
-        /* O = O * corr + P V: rows ty + 16 r, dims tx + 16 c */
+        /* O = O * corr + P V: rows 4 ty + r, dims 64 g + 4 tx + e */
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const float cr = Cs[ty + 16 * r];
+            const float cr = Cs[4 * ty + r];
 #pragma unroll
             for (int c = 0; c < DV16; c++) o[r][c] = __fmul_rn(o[r][c], cr);
         }
+#pragma unroll 2
         for (int j = 0; j < APF_KT; j++) {
             float pv[4];
 #pragma unroll
-            for (int r = 0; r < 4; r++) pv[r] = Ps[(ty + 16 * r) * 65 + j];
+            for (int r = 0; r < 4; r++) pv[r] = Ps[(4 * ty + r) * 65 + j];
 #pragma unroll
-            for (int c = 0; c < DV16; c++) {
-                const float v = Vs[j * hdv + tx + 16 * c];
+            for (int g = 0; g < VG; g++) {
+                const float4 v = *reinterpret_cast<const float4 *>(KV + j * HDV + 64 * g + 4 * tx);
+                const float v4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-                for (int r = 0; r < 4; r++) o[r][c] = __fmaf_rn(pv[r], v, o[r][c]);
+                for (int e = 0; e < 4; e++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) o[r][4 * g + e] = __fmaf_rn(pv[r], v4[e], o[r][4 * g + e]);
             }
         }
         __syncthreads(); /* the tiles are consumed */
     }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        const int row = ty + 16 * r;
+        const int row = 4 * ty + r;
         if (Pos[row] < 0) continue;
         const int t = t0 + row / G, h = kvh * G + row % G;
         const float inv = __fdiv_rn(1.0f, Ls[row]);
-        float *orow = A.out + ((size_t)t * A.n_head + h) * hdv;
+        float *orow = A.out + ((size_t)t * A.n_head + h) * HDV;
 #pragma unroll
-        for (int c = 0; c < DV16; c++) orow[tx + 16 * c] = __fmul_rn(o[r][c], inv);
+        for (int g = 0; g < VG; g++) {
+            float4 w;
+            w.x = __fmul_rn(o[r][4 * g], inv);
+            w.y = __fmul_rn(o[r][4 * g + 1], inv);
+            w.z = __fmul_rn(o[r][4 * g + 2], inv);
+            w.w = __fmul_rn(o[r][4 * g + 3], inv);
+            *reinterpret_cast<float4 *>(orow + 64 * g + 4 * tx) = w;
+        }
     }
 }
 
@@ -514,9 +545,9 @@ template <int DV16> static void attn_prefill_launch(cuda_backend *c, const att_a
 /* The tiled prefill kernel's shared memory, or 0 when it does not apply (the warp-per-row
  * kernel then runs). */
 static size_t attn_prefill_smem(const cuda_backend *c, int n, int G, int hd, int hd_v) {
-    if (n <= 8 || G > APF_ROWS || hd_v % 16 != 0 || (hd_v != 64 && hd_v != 128 && hd_v != 256)) return 0;
-    const size_t f = (size_t)APF_ROWS * (hd + 1) + (size_t)APF_KT * (hd + 1) + (size_t)APF_KT * hd_v +
-                     (size_t)APF_ROWS * 65 + 4 * APF_ROWS;
+    if (n <= 8 || G > APF_ROWS || hd % 4 != 0 || (hd_v != 64 && hd_v != 128 && hd_v != 256)) return 0;
+    const size_t kv = (size_t)APF_KT * (hd > hd_v ? hd : hd_v);
+    const size_t f = (size_t)APF_ROWS * hd + kv + (size_t)APF_ROWS * 65 + 4 * APF_ROWS;
     const size_t bytes = f * sizeof(float);
     return bytes <= (size_t)c->prop.sharedMemPerBlockOptin ? bytes : 0;
 }
@@ -559,7 +590,8 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
     a.part = nullptr;
     if (a.splits > 1)
         a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.splits * (2 + hd_v) * sizeof(float));
-    const size_t pf_smem = c->attn_rows ? 0 : attn_prefill_smem(c, n, G, hd, hd_v);
+    const bool al16 = (((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc | (uintptr_t)out) & 15) == 0; /* float4 */
+    const size_t pf_smem = c->attn_rows || !al16 ? 0 : attn_prefill_smem(c, n, G, hd, hd_v);
     if (pf_smem) {
         a.qt = APF_ROWS / G;
         dim3 pgrid(cdiv((size_t)n, (size_t)a.qt), n_head_kv, 1);

@@ -143,6 +143,13 @@ QTRAIT(QT_IQ3_XXS, 256, 98, false, 2, QT_Q8_K)
 QTRAIT(QT_IQ4_XS, 256, 136, false, 8, QT_Q8_K)
 #undef QTRAIT
 
+/* Whether both 16-value groups of every chunk share one integer scale and min (the scale is
+ * per 32 values, or the type has none): the tiled products then take a chunk per MMA. */
+template <int T> struct scale_per_32 {
+    static constexpr bool value = qtraits<T>::B == 32 || T == QT_Q4_K || T == QT_Q5_K || T == QT_IQ4_XS ||
+                                  T == QT_IQ2_XXS || T == QT_IQ3_XXS;
+};
+
 /* Expands F(T) for every quantized weight type the device supports. */
 #define CUDA_QTYPES(F)                                                                           \
     F(QT_Q4_0) F(QT_Q5_0) F(QT_Q8_0) F(QT_IQ4_NL) F(QT_MXFP4) F(QT_Q2_K) F(QT_Q3_K) F(QT_Q4_K)    \
