@@ -44,7 +44,9 @@
 #             has no flash-attention kernels (the transfer limit), so -fa off. With the repo's
 #             test data the tree, bin.tar.xz and llama.tar.xz no longer fit one call (64 MiB):
 #             carry bin.tar.xz in one call, llama.tar.xz in the next on the warm machine (the
-#             unpacked sluice in /tmp/sl stays)
+#             unpacked sluice in /tmp/sl stays). LLAMA_RESIDENT_ONLY=1: the resident runs only.
+#             Without models/sluice-moe-tiny.gguf in the tree (moved aside for the call) both
+#             archives fit one call
 #
 # Results go to $OUT (the tool brings back at most 8 files): summary.txt (also printed at the
 # end) and a log per stage. Every step runs under a timeout; a failing step does not stop the
@@ -363,8 +365,10 @@ if has llama && [ -f .devcarry/llama.tar.xz ]; then
   ldd "$LB" | grep "not found" >> "$OUT/summary.txt"
   # the carried build leaves out the flash-attention kernels (transfer limit): -fa off
   wait_for "$Q35" && llama_one "35B resident" -m "$Q35" -ngl 99 -fa off -p 2048 -n 128 -r 1
-  [ -f "$Q35" ] && llama_one "35B -ncmoe 26" -m "$Q35" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
-  [ -f "$Q35Z" ] && llama_one "35B skew -ncmoe 26" -m "$Q35Z" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
+  if [ -z "${LLAMA_RESIDENT_ONLY:-}" ]; then
+    [ -f "$Q35" ] && llama_one "35B -ncmoe 26" -m "$Q35" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
+    [ -f "$Q35Z" ] && llama_one "35B skew -ncmoe 26" -m "$Q35Z" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
+  fi
   [ -z "${NO30:-}" ] && wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
 fi
 

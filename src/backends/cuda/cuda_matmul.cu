@@ -468,6 +468,16 @@ __device__ __forceinline__ void mma_s8_16832(int c[4], int a0, int a1, int a2, i
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
+/* Four 8 x 16-byte matrices from shared memory (ldmatrix, b16 view): thread t names row t % 8
+ * of matrix t / 8 and receives bytes 4 (t % 4) .. + 3 of row t / 4 of each: the int8 MMA
+ * fragment layout, one instruction for what took four 32-bit loads. */
+__device__ __forceinline__ void ldsm_x4(int r[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 /* c += A (s8) x B (u8): the low bytes of the activation group sums */
 __device__ __forceinline__ void mma_s8u8_16816_acc(int c[4], int a0, int a1, int b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
@@ -476,15 +486,17 @@ __device__ __forceinline__ void mma_s8u8_16816_acc(int c[4], int a0, int a1, int
                  : "r"(a0), "r"(a1), "r"(b));
 }
 
-/* Fills Arow (activation row per tile column, -1: none) and Orow (output row); returns the
- * weight base, or nullptr when the block has no tile. */
-__device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Arow, int *Orow) {
+/* Fills Arow (activation row per tile column, -1: none) and Orow (output row) for NCOL
+ * columns and sets *cols to the columns in use (a prefix); returns the weight base, or nullptr
+ * when the block has no tile. */
+template <int NCOL>
+__device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Arow, int *Orow, int *cols) {
     const int tid = threadIdx.x;
     if (A.grouped) {
         const int tile = blockIdx.y;
         if (tile >= *A.g.n_tiles) return nullptr;
         const int e = A.g.tile_exp[tile], off = A.g.tile_off[tile], cnt = A.g.tile_cnt[tile];
-        if (tid < 64) {
+        if (tid < NCOL) {
             if (tid < cnt) {
                 const int ent = A.g.list[off + tid];
                 Arow[tid] = ent / A.g.act_div;
@@ -493,10 +505,12 @@ __device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Ar
                 Arow[tid] = Orow[tid] = -1;
             }
         }
+        *cols = cnt;
         return A.s.table[e].p[A.s.part];
     }
-    const int t0 = blockIdx.y * 64;
-    if (tid < 64) Arow[tid] = Orow[tid] = t0 + tid < A.n ? t0 + tid : -1;
+    const int t0 = blockIdx.y * NCOL;
+    if (tid < NCOL) Arow[tid] = Orow[tid] = t0 + tid < A.n ? t0 + tid : -1;
+    *cols = A.n - t0 < NCOL ? A.n - t0 : NCOL;
     return A.s.w;
 }
 
@@ -505,19 +519,22 @@ __device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Ar
  * activations' scales and, for types with mins, their group sums split into a signed high
  * byte and an unsigned low byte (sum = 256 hi + lo, exact), so that the mins' sums are two
  * tensor-core products. Rows of 16 bytes are conflict-free for fragment loads. */
-template <int T> struct tile_smem {
-    static constexpr int WQ = 0, AQ = 64 * TS, WSC = AQ + 64 * TS, WMN = WSC + 64 * 17 * 4,
+template <int NCOL> struct tile_smem {
+    static constexpr int WQ = 0, AQ = 64 * TS, WSC = AQ + NCOL * TS, WMN = WSC + 64 * 17 * 4,
                          WF = WMN + 64 * 16, WFM = WF + 64 * 9 * 4, AD = WFM + 64 * 4,
-                         ABH = AD + 64 * 9 * 4, ABL = ABH + 64 * 16, AROW = ABL + 64 * 16,
-                         OROW = AROW + 64 * 4, BYTES = OROW + 64 * 4;
+                         ABH = AD + NCOL * 9 * 4, ABL = ABH + NCOL * 16, AROW = ABL + NCOL * 16,
+                         OROW = AROW + NCOL * 4, BYTES = OROW + NCOL * 4;
 };
 
-template <int T>
-__global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
+/* 64 weight rows x NCOL (64 or 128) activation rows per block: warps 2 (rows) x NCOL / 32
+ * (columns), each 32 x 32 outputs; a warp whose 32 columns are all empty (a short expert
+ * tile, the batch's end) skips its products. */
+template <int T, int NCOL>
+__global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
+    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, NTHR = 2 * NCOL;
     constexpr bool MIN = qtraits<T>::MIN, SC32 = scale_per_32<T>::value;
-    using L = tile_smem<T>;
+    using L = tile_smem<NCOL>;
     extern __shared__ __align__(16) uint8_t sm[];
     int8_t *Wq = (int8_t *)(sm + L::WQ), *Aq = (int8_t *)(sm + L::AQ);
     int *Wsc = (int *)(sm + L::WSC);
@@ -527,10 +544,12 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
     int *Arow = (int *)(sm + L::AROW), *Orow = (int *)(sm + L::OROW);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
-    const uint8_t *wbase = tile_setup(A, Arow, Orow);
+    int ncols;
+    const uint8_t *wbase = tile_setup<NCOL>(A, Arow, Orow, &ncols);
     if (!wbase) return;
     const int64_t row0 = (int64_t)blockIdx.x * 64;
-    const int wm = warp >> 1, wn = warp & 1;
+    const int wm = warp & 1, wn = warp >> 1;
+    const bool active = wn * 32 < ncols; /* warp-uniform */
     const size_t rb = A.s.row_bytes;
     const int64_t K = A.K;
     float accf[2][4][4];
@@ -545,7 +564,7 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
     const int nsteps = (int)(K / 256);
     for (int ks = 0; ks < nsteps; ks++) {
         /* weights: 64 rows x 8 chunks */
-        for (int i = tid; i < 512; i += 128) {
+        for (int i = tid; i < 512; i += NTHR) {
             const int r = i >> 3, cc = i & 7;
             const int64_t grow = row0 + r;
             uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -580,108 +599,114 @@ __global__ void __launch_bounds__(128) k_mm_q(tile_args A) {
             }
         }
         /* activations: 64 rows x 256 codes, their scales and group sums */
-        for (int i = tid; i < 64 * 16; i += 128) {
+        for (int i = tid; i < NCOL * 16; i += NTHR) {
             const int r = i >> 4, v = i & 15, ar = Arow[r];
             uint4 val = make_uint4(0, 0, 0, 0);
             if (ar >= 0) val = reinterpret_cast<const uint4 *>(A.a.q + (size_t)ar * K + (size_t)ks * 256)[v];
             reinterpret_cast<uint4 *>(Aq + r * TS)[v] = val;
         }
-        for (int i = tid; i < 64 * 8; i += 128) {
+        for (int i = tid; i < NCOL * 8; i += NTHR) {
             const int r = i >> 3, b = i & 7, ar = Arow[r];
             if (B == 32) Ad[r * 9 + b] = ar >= 0 ? A.a.d[(size_t)ar * (K / 32) + ks * 8 + b] : 0.0f;
             else if (b == 0) Ad[r * 9] = ar >= 0 ? A.a.d[(size_t)ar * (K / 256) + ks] : 0.0f;
         }
         if (MIN)
-            for (int i = tid; i < 64 * 16; i += 128) {
+            for (int i = tid; i < NCOL * 16; i += NTHR) {
                 const int r = i >> 4, g = i & 15, ar = Arow[r];
                 const int bs = ar >= 0 ? A.a.bs[(size_t)ar * (K / 16) + (size_t)ks * 16 + g] : 0;
                 Abh[r * 16 + g] = (int8_t)(bs >> 8); /* |bs| <= 16 * 128 */
                 Abl[r * 16 + g] = (uint8_t)(bs & 255);
             }
         __syncthreads();
+        if (ks + 1 < nsteps) { /* the next step's weight blocks and activation rows, toward L1 */
+            for (int i = tid; i < 512; i += NTHR) {
+                const int r = i >> 3, cc = i & 7;
+                if (row0 + r >= A.rows) continue;
+                const uint8_t *rp = wbase + (size_t)(row0 + r) * rb;
+                const uint8_t *p = B == 256 ? rp + (size_t)(ks + 1) * BYTES + cc * (BYTES - 1) / 7
+                                            : rp + (size_t)((ks + 1) * 8 + cc) * BYTES;
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+            }
+            for (int i = tid; i < NCOL * 2; i += NTHR) {
+                const int ar = Arow[i >> 1];
+                if (ar >= 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(A.a.q + (size_t)ar * K + (size_t)(ks + 1) * 256 + 128 * (i & 1)));
+            }
+        }
+        if (!active) {
+            __syncthreads();
+            continue;
+        }
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acci[i][j][e] = 0;
-        if constexpr (SC32) {
-            /* one m16n8k32 per 32-value chunk, its exact sum times the chunk's scale */
+        /* per 32-value chunk: the fragments by ldmatrix, then one m16n8k32 (one scale per
+         * chunk) or two m16n8k16 (a scale per 16 values), each exact sum times its scale */
 #pragma unroll 2
-            for (int g = 0; g < 8; g++) {
-                int a[2][4], s0[2], s1[2], bq[4][2];
+        for (int g = 0; g < 8; g++) {
+            int a[2][4], s0[2][2], s1[2][2], bq[4][2];
+            const int mrow = (lane & 7) + 8 * ((lane >> 3) & 1), mhalf = 16 * (lane >> 4);
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const int r = wm * 32 + mt * 16 + gid;
-                    const int8_t *w0 = Wq + r * TS + g * 32 + tig * 4, *w1 = w0 + 8 * TS;
-                    a[mt][0] = *reinterpret_cast<const int *>(w0);
-                    a[mt][1] = *reinterpret_cast<const int *>(w1);
-                    a[mt][2] = *reinterpret_cast<const int *>(w0 + 16);
-                    a[mt][3] = *reinterpret_cast<const int *>(w1 + 16);
-                    s0[mt] = Wsc[r * 17 + 2 * g];
-                    s1[mt] = Wsc[(r + 8) * 17 + 2 * g];
-                }
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wm * 32 + mt * 16 + gid;
+                /* matrices: rows +0..7 / +8..15, values 0..15 / 16..31 of the chunk */
+                ldsm_x4(a[mt], Wq + (wm * 32 + mt * 16 + mrow) * TS + g * 32 + mhalf);
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    const int8_t *ap = Aq + (wn * 32 + nt * 8 + gid) * TS + g * 32 + tig * 4;
-                    bq[nt][0] = *reinterpret_cast<const int *>(ap);
-                    bq[nt][1] = *reinterpret_cast<const int *>(ap + 16);
-                }
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                    for (int nt = 0; nt < 4; nt++) {
-                        int c4[4];
-                        mma_s8_16832(c4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], bq[nt][0], bq[nt][1]);
-                        acci[mt][nt][0] += s0[mt] * c4[0];
-                        acci[mt][nt][1] += s0[mt] * c4[1];
-                        acci[mt][nt][2] += s1[mt] * c4[2];
-                        acci[mt][nt][3] += s1[mt] * c4[3];
-                    }
-                if (B == 32) { /* a 32-value block ends: its float term */
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++) {
-                                const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
-                                const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
-                                accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
-                                                            block_term<T>(Wf[r * 9 + g], 0.0f, Ad[col * 9 + g],
-                                                                          acci[mt][nt][e], 0));
-                                acci[mt][nt][e] = 0;
-                            }
+                for (int h = 0; h < (SC32 ? 1 : 2); h++) {
+                    s0[mt][h] = Wsc[r * 17 + 2 * g + h];
+                    s1[mt][h] = Wsc[(r + 8) * 17 + 2 * g + h];
                 }
             }
-        } else {
-            /* one m16n8k16 per 16-value group (its own scale) */
-#pragma unroll 4
-            for (int g = 0; g < 16; g++) {
-                int a0[2], a1[2], s0[2], s1[2], bq[4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const int r = wm * 32 + mt * 16 + gid;
-                    a0[mt] = *reinterpret_cast<const int *>(Wq + r * TS + g * 16 + tig * 4);
-                    a1[mt] = *reinterpret_cast<const int *>(Wq + (r + 8) * TS + g * 16 + tig * 4);
-                    s0[mt] = Wsc[r * 17 + g];
-                    s1[mt] = Wsc[(r + 8) * 17 + g];
+            for (int np = 0; np < 2; np++) {
+                /* matrices: columns of tile 2 np (values 0..15, 16..31), then of 2 np + 1 */
+                const int col = wn * 32 + np * 16 + (lane & 7) + 8 * (lane >> 4);
+                int b4[4];
+                ldsm_x4(b4, Aq + col * TS + g * 32 + 16 * ((lane >> 3) & 1));
+                bq[2 * np][0] = b4[0];
+                bq[2 * np][1] = b4[1];
+                bq[2 * np + 1][0] = b4[2];
+                bq[2 * np + 1][1] = b4[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    int c4[4];
+                    if constexpr (SC32) {
+                        mma_s8_16832(c4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], bq[nt][0], bq[nt][1]);
+                        acci[mt][nt][0] += s0[mt][0] * c4[0];
+                        acci[mt][nt][1] += s0[mt][0] * c4[1];
+                        acci[mt][nt][2] += s1[mt][0] * c4[2];
+                        acci[mt][nt][3] += s1[mt][0] * c4[3];
+                    } else {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            mma_s8_16816(c4, a[mt][2 * h], a[mt][2 * h + 1], bq[nt][h]);
+                            acci[mt][nt][0] += s0[mt][h] * c4[0];
+                            acci[mt][nt][1] += s0[mt][h] * c4[1];
+                            acci[mt][nt][2] += s1[mt][h] * c4[2];
+                            acci[mt][nt][3] += s1[mt][h] * c4[3];
+                        }
+                    }
                 }
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++)
-                    bq[nt] = *reinterpret_cast<const int *>(Aq + (wn * 32 + nt * 8 + gid) * TS + g * 16 + tig * 4);
+            if (B == 32) { /* a 32-value block ends: its float term */
+                static_assert(B == 256 || SC32, "32-value blocks have one scale");
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < 4; nt++) {
-                        int c4[4];
-                        mma_s8_16816(c4, a0[mt], a1[mt], bq[nt]);
-                        acci[mt][nt][0] += s0[mt] * c4[0];
-                        acci[mt][nt][1] += s0[mt] * c4[1];
-                        acci[mt][nt][2] += s1[mt] * c4[2];
-                        acci[mt][nt][3] += s1[mt] * c4[3];
-                    }
-                static_assert(B == 256 || SC32, "32-value blocks take the chunk path");
+                    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int r = wm * 32 + mt * 16 + gid + (e >= 2 ? 8 : 0);
+                            const int col = wn * 32 + nt * 8 + tig * 2 + (e & 1);
+                            accf[mt][nt][e] = __fadd_rn(accf[mt][nt][e],
+                                                        block_term<T>(Wf[r * 9 + g], 0.0f, Ad[col * 9 + g],
+                                                                      acci[mt][nt][e], 0));
+                            acci[mt][nt][e] = 0;
+                        }
             }
         }
         if (B == 256) {
@@ -751,7 +776,8 @@ __global__ void __launch_bounds__(256) k_mm_f(tile_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ float Ws[64][33], As[64][33];
     __shared__ int Arow[64], Orow[64];
-    const uint8_t *wbase = tile_setup(A, Arow, Orow);
+    int ncols;
+    const uint8_t *wbase = tile_setup<64>(A, Arow, Orow, &ncols);
     if (!wbase) return;
     const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
     const int64_t row0 = (int64_t)blockIdx.x * 64;
@@ -794,15 +820,15 @@ __global__ void __launch_bounds__(256) k_mm_f(tile_args A) {
         }
 }
 
-template <int T> static void mm_q(cuda_backend *c, const tile_args &a, unsigned gy) {
+template <int T, int NCOL> static void mm_q(cuda_backend *c, const tile_args &a, unsigned gy) {
     static bool attr = false;
     if (!attr) {
-        CU(cudaFuncSetAttribute(k_mm_q<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tile_smem<T>::BYTES));
+        CU(cudaFuncSetAttribute(k_mm_q<T, NCOL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tile_smem<NCOL>::BYTES));
         attr = true;
     }
     dim3 grid(cdiv((size_t)a.rows, 64), gy);
-    pdl_launch(k_mm_q<T>, grid, 128, tile_smem<T>::BYTES, c->stream, a);
+    pdl_launch(k_mm_q<T, NCOL>, grid, 2 * NCOL, tile_smem<NCOL>::BYTES, c->stream, a);
     CU_LAUNCH();
 }
 
@@ -826,11 +852,18 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
     A.out = out;
     A.ostride = ostride;
     A.tb = c->tables;
-    const unsigned gy = g ? (unsigned)g->max_tiles : cdiv((size_t)n, 64);
+    /* quantized: 128 activation rows per block where a batch or the grouping has them (the
+     * weights are decoded once for twice the columns); the float kernel takes 64 */
+    const int ncol = is_float_type(type) ? 64 : g ? g->tile : n >= 128 ? 128 : 64;
+    if (g && g->tile != ncol) {
+        fprintf(stderr, "sluice: CUDA tiled matmul: expert tiles of %d for a %d-column kernel\n", g->tile, ncol);
+        abort();
+    }
+    const unsigned gy = g ? (unsigned)g->max_tiles : cdiv((size_t)n, (size_t)ncol);
     if (gy == 0) return;
     switch (type) {
 #define MM_CASE(T)                                                                               \
-    case T: mm_q<T>(c, A, gy); break;
+    case T: if (ncol == 128) mm_q<T, 128>(c, A, gy); else mm_q<T, 64>(c, A, gy); break;
         CUDA_QTYPES(MM_CASE)
 #undef MM_CASE
     case QT_F32: mm_f<QT_F32>(c, A, gy); break;
