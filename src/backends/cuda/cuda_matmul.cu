@@ -514,17 +514,34 @@ __device__ __forceinline__ const uint8_t *tile_setup(const tile_args &A, int *Ar
     return A.s.w;
 }
 
-/* Shared memory of k_mm_q: int8 weights and activation codes (TS-strided rows), the weights'
- * integer scales per 16-value group, their mins (int8, 16 per row), float factors, the
- * activations' scales and, for types with mins, their group sums split into a signed high
- * byte and an unsigned low byte (sum = 256 hi + lo, exact), so that the mins' sums are two
- * tensor-core products. Rows of 16 bytes are conflict-free for fragment loads. */
-template <int NCOL> struct tile_smem {
-    static constexpr int WQ = 0, AQ = 64 * TS, WSC = AQ + NCOL * TS, WMN = WSC + 64 * 17 * 4,
-                         WF = WMN + 64 * 16, WFM = WF + 64 * 9 * 4, AD = WFM + 64 * 4,
-                         ABH = AD + NCOL * 9 * 4, ABL = ABH + NCOL * 16, AROW = ABL + NCOL * 16,
-                         OROW = AROW + NCOL * 4, BYTES = OROW + NCOL * 4;
+/* Shared memory of k_mm_q: two stages of what cp.async brings (raw weight bytes, activation
+ * codes in TS-strided rows, activation scales, group sums), then the decoded step: int8
+ * weights (TS-strided rows), the weights' integer scales per 16-value group and their mins
+ * (int8, 16 per row), float factors, and for types with mins the activations' group sums split
+ * into a signed high byte and an unsigned low byte (sum = 256 hi + lo, exact), so that the
+ * mins' sums are two tensor-core products. Rows of 16 bytes are conflict-free for fragment
+ * loads. */
+template <int T, int NCOL> struct tile_smem {
+    /* one step's raw weight bytes of a row, from the 16-byte boundary below its start */
+    static constexpr int SB = (256 / qtraits<T>::B) * qtraits<T>::BYTES, RAWB = (SB + 15 + 15) / 16 * 16;
+    static constexpr int WRAW = 0, AQ = WRAW + 2 * 64 * RAWB, ADS = AQ + 2 * NCOL * TS,
+                         BSR = ADS + 2 * NCOL * 9 * 4, WQ = BSR + 2 * NCOL * 16 * 4, WSC = WQ + 64 * TS,
+                         WMN = WSC + 64 * 16, WF = WMN + 64 * 16, WFM = WF + 64 * 9 * 4, ABH = WFM + 64 * 4,
+                         ABL = ABH + NCOL * 16, AROW = ABL + NCOL * 16, OROW = AROW + NCOL * 4,
+                         BYTES = OROW + NCOL * 4;
 };
+
+/* cp.async: 16 bytes (of which `n` are read, the rest zero-filled) or 4, global to shared */
+__device__ __forceinline__ void cp16(void *dst, const void *src, int n) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp4(void *dst, const void *src, int n) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* 64 weight rows x NCOL (64 or 128) activation rows per block: warps 2 (rows) x NCOL / 32
  * (columns), each 32 x 32 outputs; a warp whose 32 columns are all empty (a short expert
@@ -534,13 +551,16 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, NTHR = 2 * NCOL;
     constexpr bool MIN = qtraits<T>::MIN, SC32 = scale_per_32<T>::value;
-    using L = tile_smem<NCOL>;
+    using L = tile_smem<T, NCOL>;
+    constexpr int SB = L::SB, RAWB = L::RAWB, NP = RAWB / 16;
     extern __shared__ __align__(16) uint8_t sm[];
-    int8_t *Wq = (int8_t *)(sm + L::WQ), *Aq = (int8_t *)(sm + L::AQ);
-    int *Wsc = (int *)(sm + L::WSC);
+    uint8_t *Wraw = sm + L::WRAW;
+    int8_t *Wq = (int8_t *)(sm + L::WQ), *Aqs = (int8_t *)(sm + L::AQ);
+    int8_t *Wsc = (int8_t *)(sm + L::WSC);
     int8_t *Wmn = (int8_t *)(sm + L::WMN), *Abh = (int8_t *)(sm + L::ABH);
     uint8_t *Abl = (uint8_t *)(sm + L::ABL);
-    float *Wf = (float *)(sm + L::WF), *Wfm = (float *)(sm + L::WFM), *Ad = (float *)(sm + L::AD);
+    float *Wf = (float *)(sm + L::WF), *Wfm = (float *)(sm + L::WFM), *Ads = (float *)(sm + L::ADS);
+    int *Bsr = (int *)(sm + L::BSR);
     int *Arow = (int *)(sm + L::AROW), *Orow = (int *)(sm + L::OROW);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
@@ -562,8 +582,55 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
             for (int e = 0; e < 4; e++) accf[i][j][e] = 0.0f;
     __syncthreads();
     const int nsteps = (int)(K / 256);
+    /* Step ks's raw bytes go to stage ks & 1 by cp.async while step ks - 1 is decoded and
+     * multiplied: the weight rows' bytes from the 16-byte boundary below their start (the
+     * offset within 16 is kept, so the decoders' aligned loads stay aligned; the last piece
+     * reads only the row's own bytes), the activation codes straight into their tile, their
+     * scales and group sums. Rows past the end and empty columns are not copied / zero-filled. */
+    auto issue = [&](int ks) {
+        const int st = ks & 1;
+        for (int i = tid; i < 64 * NP; i += NTHR) {
+            const int r = i / NP, p = i % NP;
+            if (row0 + r >= A.rows) continue;
+            const uint8_t *a = wbase + (size_t)(row0 + r) * rb + (size_t)ks * SB;
+            const uint8_t *a16 = (const uint8_t *)((uintptr_t)a & ~(uintptr_t)15), *src = a16 + 16 * p;
+            const int left = (int)(a + SB - src);
+            if (left > 0) cp16(Wraw + (st * 64 + r) * RAWB + 16 * p, src, left < 16 ? left : 16);
+        }
+        int8_t *Aq = Aqs + st * NCOL * TS;
+        for (int i = tid; i < NCOL * 16; i += NTHR) {
+            const int r = i >> 4, v = i & 15, ar = Arow[r];
+            cp16(Aq + r * TS + 16 * v, ar >= 0 ? A.a.q + (size_t)ar * K + (size_t)ks * 256 + 16 * v : A.a.q, ar >= 0 ? 16 : 0);
+        }
+        float *Ad = Ads + st * NCOL * 9;
+        for (int i = tid; i < NCOL * (B == 32 ? 8 : 1); i += NTHR) {
+            const int r = B == 32 ? i >> 3 : i, b = B == 32 ? i & 7 : 0, ar = Arow[r];
+            const float *src = B == 32 ? A.a.d + (size_t)ar * (K / 32) + ks * 8 + b : A.a.d + (size_t)ar * (K / 256) + ks;
+            cp4(Ad + r * 9 + b, ar >= 0 ? src : A.a.d, ar >= 0 ? 4 : 0);
+        }
+        if (MIN) {
+            int *bs = Bsr + st * NCOL * 16;
+            for (int i = tid; i < NCOL * 4; i += NTHR) {
+                const int r = i >> 2, v = i & 3, ar = Arow[r];
+                cp16(bs + r * 16 + 4 * v, ar >= 0 ? A.a.bs + (size_t)ar * (K / 16) + (size_t)ks * 16 + 4 * v : A.a.bs,
+                     ar >= 0 ? 16 : 0);
+            }
+        }
+        cp_commit();
+    };
+    issue(0);
     for (int ks = 0; ks < nsteps; ks++) {
-        /* weights: 64 rows x 8 chunks */
+        const int st = ks & 1;
+        if (ks + 1 < nsteps) {
+            issue(ks + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const int8_t *Aq = Aqs + st * NCOL * TS;
+        const float *Ad = Ads + st * NCOL * 9;
+        /* weights: 64 rows x 8 chunks, decoded from the stage */
         for (int i = tid; i < 512; i += NTHR) {
             const int r = i >> 3, cc = i & 7;
             const int64_t grow = row0 + r;
@@ -571,22 +638,17 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
             int sc[2] = {0, 0}, mn[2] = {0, 0};
             float fw = 0.0f, fm = 0.0f;
             if (grow < A.rows) {
-                const uint8_t *rp = wbase + (size_t)grow * rb;
-                if (B == 256) {
-                    const uint8_t *bp = rp + (size_t)ks * BYTES;
-                    dchunk<T>(bp, cc, A.tb, q, sc, mn);
-                    dfloats<T>(bp, fw, fm);
-                } else {
-                    const uint8_t *bp = rp + (size_t)(ks * 8 + cc) * BYTES;
-                    dchunk<T>(bp, 0, A.tb, q, sc, mn);
-                    dfloats<T>(bp, fw, fm);
-                }
+                const uintptr_t a = (uintptr_t)(wbase + (size_t)grow * rb + (size_t)ks * SB);
+                const uint8_t *rp = Wraw + (st * 64 + r) * RAWB + (a & 15);
+                const uint8_t *bp = B == 256 ? rp : rp + cc * BYTES;
+                dchunk<T>(bp, B == 256 ? cc : 0, A.tb, q, sc, mn);
+                dfloats<T>(bp, fw, fm);
             }
             uint4 *dst = reinterpret_cast<uint4 *>(Wq + r * TS + cc * 32);
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
-            Wsc[r * 17 + 2 * cc] = sc[0];
-            Wsc[r * 17 + 2 * cc + 1] = sc[1];
+            Wsc[r * 16 + 2 * cc] = (int8_t)sc[0]; /* every type's scales fit int8 */
+            Wsc[r * 16 + 2 * cc + 1] = (int8_t)sc[1];
             if (MIN) {
                 Wmn[r * 16 + 2 * cc] = (int8_t)mn[0];
                 Wmn[r * 16 + 2 * cc + 1] = (int8_t)mn[1];
@@ -598,40 +660,15 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
                 Wfm[r] = fm;
             }
         }
-        /* activations: 64 rows x 256 codes, their scales and group sums */
-        for (int i = tid; i < NCOL * 16; i += NTHR) {
-            const int r = i >> 4, v = i & 15, ar = Arow[r];
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (ar >= 0) val = reinterpret_cast<const uint4 *>(A.a.q + (size_t)ar * K + (size_t)ks * 256)[v];
-            reinterpret_cast<uint4 *>(Aq + r * TS)[v] = val;
-        }
-        for (int i = tid; i < NCOL * 8; i += NTHR) {
-            const int r = i >> 3, b = i & 7, ar = Arow[r];
-            if (B == 32) Ad[r * 9 + b] = ar >= 0 ? A.a.d[(size_t)ar * (K / 32) + ks * 8 + b] : 0.0f;
-            else if (b == 0) Ad[r * 9] = ar >= 0 ? A.a.d[(size_t)ar * (K / 256) + ks] : 0.0f;
-        }
-        if (MIN)
+        if (MIN) {
+            const int *bs = Bsr + st * NCOL * 16;
             for (int i = tid; i < NCOL * 16; i += NTHR) {
-                const int r = i >> 4, g = i & 15, ar = Arow[r];
-                const int bs = ar >= 0 ? A.a.bs[(size_t)ar * (K / 16) + (size_t)ks * 16 + g] : 0;
-                Abh[r * 16 + g] = (int8_t)(bs >> 8); /* |bs| <= 16 * 128 */
-                Abl[r * 16 + g] = (uint8_t)(bs & 255);
-            }
-        __syncthreads();
-        if (ks + 1 < nsteps) { /* the next step's weight blocks and activation rows, toward L1 */
-            for (int i = tid; i < 512; i += NTHR) {
-                const int r = i >> 3, cc = i & 7;
-                if (row0 + r >= A.rows) continue;
-                const uint8_t *rp = wbase + (size_t)(row0 + r) * rb;
-                const uint8_t *p = B == 256 ? rp + (size_t)(ks + 1) * BYTES + cc * (BYTES - 1) / 7
-                                            : rp + (size_t)((ks + 1) * 8 + cc) * BYTES;
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-            }
-            for (int i = tid; i < NCOL * 2; i += NTHR) {
-                const int ar = Arow[i >> 1];
-                if (ar >= 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(A.a.q + (size_t)ar * K + (size_t)(ks + 1) * 256 + 128 * (i & 1)));
+                const int v = bs[i];
+                Abh[i] = (int8_t)(v >> 8); /* |v| <= 16 * 128 */
+                Abl[i] = (uint8_t)(v & 255);
             }
         }
+        __syncthreads();
         if (!active) {
             __syncthreads();
             continue;
@@ -655,8 +692,8 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
                 ldsm_x4(a[mt], Wq + (wm * 32 + mt * 16 + mrow) * TS + g * 32 + mhalf);
 #pragma unroll
                 for (int h = 0; h < (SC32 ? 1 : 2); h++) {
-                    s0[mt][h] = Wsc[r * 17 + 2 * g + h];
-                    s1[mt][h] = Wsc[(r + 8) * 17 + 2 * g + h];
+                    s0[mt][h] = Wsc[r * 16 + 2 * g + h];
+                    s1[mt][h] = Wsc[(r + 8) * 16 + 2 * g + h];
                 }
             }
 #pragma unroll
@@ -824,11 +861,11 @@ template <int T, int NCOL> static void mm_q(cuda_backend *c, const tile_args &a,
     static bool attr = false;
     if (!attr) {
         CU(cudaFuncSetAttribute(k_mm_q<T, NCOL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tile_smem<NCOL>::BYTES));
+                                tile_smem<T, NCOL>::BYTES));
         attr = true;
     }
     dim3 grid(cdiv((size_t)a.rows, 64), gy);
-    pdl_launch(k_mm_q<T, NCOL>, grid, 2 * NCOL, tile_smem<NCOL>::BYTES, c->stream, a);
+    pdl_launch(k_mm_q<T, NCOL>, grid, 2 * NCOL, tile_smem<T, NCOL>::BYTES, c->stream, a);
     CU_LAUNCH();
 }
 
