@@ -27,7 +27,8 @@
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
-#             both shapes, resident (synthesized in the background from the start)
+#             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
+#             "VAR=1 ..." also times pp2048 with those variables set (an A/B in one call)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -329,6 +330,10 @@ if has pprof; then
     sed -n '/CUDA op profile/,/| total/p' "$W/pprof.log" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+    if [ -n "${PPROF_ENV:-}" ]; then # the same pp2048 with a diagnostic switch, e.g. SLUICE_CUDA_MM_COLS64=1
+      echo "with $PPROF_ENV:" >> "$OUT/summary.txt"
+      env $PPROF_ENV timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+    fi
   done
 fi
 

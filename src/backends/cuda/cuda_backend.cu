@@ -848,6 +848,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->profile = p->profile;
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
     c->attn_rows = getenv("SLUICE_CUDA_ATTN_ROWS") != nullptr;
+    c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));

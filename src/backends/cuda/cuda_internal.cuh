@@ -184,6 +184,7 @@ struct cuda_backend {
      * the whole replay call (inputs, launch, wait, logits copy), printed at exit */
     bool graph_timing;
     bool attn_rows;            /* SLUICE_CUDA_ATTN_ROWS: prefill attention by the warp-per-row kernel */
+    bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
 };
