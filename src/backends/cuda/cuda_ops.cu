@@ -789,7 +789,10 @@ __device__ __forceinline__ void conv_window(float *win, const float *x, const fl
                                             int ch, int K) {
     for (int i = 0; i < K - 1; i++) {
         const int tau = t0 - (K - 1) + i;
-        win[i] = tau >= 0 ? x[(size_t)tau * C + ch] : state[(size_t)(tau + K - 1) * C + ch];
+        /* both indices clamped into range: the compiler may load both sides of the select
+         * (compute-sanitizer saw reads before x at n = 2) */
+        const float xv = x[(size_t)max(tau, 0) * C + ch], sv = state[(size_t)min(tau + K - 1, K - 2) * C + ch];
+        win[i] = tau >= 0 ? xv : sv;
     }
 }
 
@@ -799,7 +802,7 @@ __device__ __forceinline__ void conv_state_out(const float *win, const float *x,
                                                int ch, int K) {
     const bool one_chunk = n <= CONV_CHUNK;
     for (int i = 0; i < K - 1; i++)
-        state[(size_t)i * C + ch] = one_chunk ? win[i] : x[(size_t)(n - (K - 1) + i) * C + ch];
+        state[(size_t)i * C + ch] = one_chunk ? win[i] : x[(size_t)max(n - (K - 1) + i, 0) * C + ch];
 }
 
 __global__ void k_conv(const float *x, int n, int C, const float *w, int K, float *state, float *y) {
