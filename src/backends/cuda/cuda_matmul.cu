@@ -7,8 +7,9 @@
  *     block's integer sums are reduced across its lanes exactly, its float term added by one
  *     lane, and the lanes' float sums folded in a fixed butterfly. A grouped form reads the
  *     weights of slot j from the expert table (MoE decode).
- *   tiled (n > 8): 64 rows x 64 activation rows per block of 4 warps; per 256 values the
- *     weights are decoded to int8 in shared memory and multiplied with int8 tensor-core MMAs,
+ *   tiled (n > 8): 64 rows x 64 (or 128) activation rows per block of 4 (8) warps; per 256
+ *     values the raw weight bytes and the activations arrive by a two-stage cp.async pipeline,
+ *     the weights are decoded to int8 in shared memory and multiplied with int8 tensor-core MMAs,
  *     one per group of values that shares an integer scale (m16n8k32 for types scaled per 32
  *     values, m16n8k16 per 16), so every group's exact integer sum is scaled by its integer
  *     scale; the mins' integer sums are tensor-core products too; float terms per block as in
@@ -605,8 +606,9 @@ __global__ void __launch_bounds__(2 * NCOL) k_mm_q(tile_args A) {
         float *Ad = Ads + st * NCOL * 9;
         for (int i = tid; i < NCOL * (B == 32 ? 8 : 1); i += NTHR) {
             const int r = B == 32 ? i >> 3 : i, b = B == 32 ? i & 7 : 0, ar = Arow[r];
-            const float *src = B == 32 ? A.a.d + (size_t)ar * (K / 32) + ks * 8 + b : A.a.d + (size_t)ar * (K / 256) + ks;
-            cp4(Ad + r * 9 + b, ar >= 0 ? src : A.a.d, ar >= 0 ? 4 : 0);
+            const float *src = ar < 0 ? A.a.d : B == 32 ? A.a.d + (size_t)ar * (K / 32) + ks * 8 + b
+                                                          : A.a.d + (size_t)ar * (K / 256) + ks;
+            cp4(Ad + r * 9 + b, src, ar >= 0 ? 4 : 0);
         }
         if (MIN) {
             int *bs = Bsr + st * NCOL * 16;
