@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/plan_opts.h"
+#include "formats/outfile.h"
 
 static int write_all(const char *path, const float *data, size_t n) {
     char tmp[4096];
@@ -62,6 +63,11 @@ int cmd_logits(int argc, char **argv) {
     if (!out) {
         fprintf(stderr, "sluice logits: -o OUT.f32 is required\n");
         return 2;
+    }
+    char oerr[512];
+    if (outfile_check(out, oerr, sizeof oerr) != 0) {
+        fprintf(stderr, "sluice logits: %s\n", oerr);
+        return 1;
     }
     if ((ids_arg != NULL) + (prompt != NULL) + (file != NULL) != 1) {
         fprintf(stderr, "sluice logits: give exactly one of -p, -f, --ids\n");

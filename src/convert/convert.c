@@ -23,6 +23,7 @@
 
 #include "convert/convert_internal.h"
 #include "formats/gguf.h"
+#include "formats/outfile.h"
 #include "formats/quant.h"
 
 #define JOURNAL_MAGIC "sluice-convert-journal 1"
@@ -428,6 +429,7 @@ int convert_hf(const char *dir, const char *out, const convert_options *opt_in,
         return -1;
     }
     snprintf(journal, sizeof journal, "%s.journal", partial);
+    if (outfile_check(out, err, n) != 0) return -1;
     if (opt.type != CONVERT_TYPE_AUTO) {
         const quant_traits *q = quant_traits_of((uint32_t)opt.type);
         if (!q || !q->quantize || !quant_has_codec((uint32_t)opt.type)) {

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "formats/gguf_write.h"
+#include "formats/outfile.h"
 #include "formats/quant.h"
 
 static const char *const part_names[EXPERT_PARTS] = {"gate", "up", "down"};
@@ -358,6 +359,7 @@ static int write_zeros(FILE *fp, gguf_writer *w, uint64_t n) {
 
 int store_repack(const char *in_path, const char *out_path, store_progress_fn progress,
                  void *ctx, char *err, size_t err_len) {
+    if (outfile_check(out_path, err, err_len) != 0) return -1;
     gguf_file *f = gguf_open(in_path, err, err_len);
     if (!f) return -1;
     int rc = -1;

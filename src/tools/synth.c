@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/threadpool.h"
+#include "formats/outfile.h"
 #include "formats/quant.h"
 #include "tools/synth_internal.h"
 
@@ -617,6 +618,7 @@ int synth_run(const synth_options *o, FILE *log, char *err, size_t n) {
         snprintf(err, n, "--routing-skew must be between 0 and 8");
         return -1;
     }
+    if (outfile_check(o->out, err, n) != 0) return -1;
     int rc = -1;
     plan pl = {0};
     gguf_writer *w = NULL;

@@ -104,6 +104,14 @@ cmp -s "$work/res.txt" "$work/str.txt"; check "streamed run prints the resident 
 cmp -s "$work/res.txt" "$work/st2.txt"; check "the store streams the same text" $?
 expect_exit "repack a store again" 1 "$SLUICE" repack -q "$work/store.gguf" "$work/again.gguf"
 expect_exit "repack a missing file" 1 "$SLUICE" repack -q "$work/none.gguf" "$work/x.gguf"
+# outputs are written beside the target and renamed over it: a target that is no regular file
+# (a pipe here; /dev/null as root) is refused instead of being replaced
+mkfifo "$work/pipe"
+expect_exit "logits into a pipe" 1 "$SLUICE" logits -m "$MODELS/stories260K.gguf" -p hi -o "$work/pipe"
+expect_exit "repack into a pipe" 1 "$SLUICE" repack -q "$Q4" "$work/pipe"
+expect_exit "synth into a pipe" 1 "$SLUICE" synth --preset qwen3moe-tiny --type Q8_0 -q -o "$work/pipe"
+expect_exit "synth into a directory" 1 "$SLUICE" synth --preset qwen3moe-tiny --type Q8_0 -q -o "$work"
+[ -p "$work/pipe" ]; check "the pipe is still a pipe" $?
 
 # 8. help documents every flag of every command
 "$SLUICE" --help >"$work/help" && grep -q "run" "$work/help"; check "sluice --help" $?

@@ -1021,6 +1021,22 @@ static void test_errors(void) {
     stat(at("e-trunc/model.safetensors"), &stt);
     CHECK(truncate(at("e-trunc/model.safetensors"), stt.st_size - 1000) == 0);
     expect_fail(dir, "past the end of the data");
+    /* an output that is no regular file (a pipe; /dev/null as root) is refused, not replaced
+     * by the rename that completes a conversion */
+    {
+        wl_free(&l);
+        from_st(&l, s);
+        const char *good = make_dir("e-pipe", "qwen3moe-tiny", &l, NULL);
+        const char *pipe = at("out.pipe");
+        unlink(pipe);
+        CHECK(mkfifo(pipe, 0644) == 0);
+        char perr[512] = "";
+        const int rc = conv(good, pipe, CONVERT_TYPE_AUTO, 0, NULL, perr, sizeof perr);
+        struct stat ps;
+        CHECKF(rc == -1 && strstr(perr, "not a regular file") && stat(pipe, &ps) == 0 && S_ISFIFO(ps.st_mode),
+               "convert into a pipe: rc %d '%s'", rc, perr);
+        unlink(pipe);
+    }
     /* the CLI: exit status 1 and one line on stderr */
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' 2>'%s'", SLUICE_BINARY, dir, at("bad.gguf"), at("stderr.txt"));
