@@ -314,10 +314,9 @@ struct mm_groups {
     const int32_t *list;       /* entries (token * k + slot) grouped by expert */
     const int32_t *tile_exp;   /* per tile: expert */
     const int32_t *tile_off;   /* per tile: first index into list */
-    const int32_t *tile_cnt;   /* per tile: entries (<= tile) */
+    const int32_t *tile_cnt;   /* per tile: entries (<= 64) */
     const int32_t *n_tiles;    /* device scalar */
     int max_tiles;
-    int tile;                  /* entries per tile: 64, or 128 (quantized weights only) */
     int act_div;               /* activation row = entry / act_div (gate/up: k; down: 1) */
 };
 void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,

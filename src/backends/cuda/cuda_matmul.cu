@@ -891,13 +891,9 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
     A.out = out;
     A.ostride = ostride;
     A.tb = c->tables;
-    /* quantized: 128 activation rows per block where a batch or the grouping has them (the
-     * weights are decoded once for twice the columns); the float kernel takes 64 */
-    const int ncol = is_float_type(type) ? 64 : g ? g->tile : n >= 128 && !c->mm_cols64 ? 128 : 64;
-    if (g && g->tile != ncol) {
-        fprintf(stderr, "sluice: CUDA tiled matmul: expert tiles of %d for a %d-column kernel\n", g->tile, ncol);
-        abort();
-    }
+    /* dense quantized products of 128+ rows: 128 activation rows per block (the weights are
+     * decoded once for twice the columns); expert tiles (64 entries) and float weights: 64 */
+    const int ncol = !is_float_type(type) && !g && n >= 128 && !c->mm_cols64 ? 128 : 64;
     const unsigned gy = g ? (unsigned)g->max_tiles : cdiv((size_t)n, (size_t)ncol);
     if (gy == 0) return;
     switch (type) {

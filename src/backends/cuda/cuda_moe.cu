@@ -5,8 +5,7 @@
  *   decode (n <= 8): grouped matvecs, one output group per slot (token t, slot s) reading the
  *     weights of expert ids[t][s] from the table: gate and up fused with SwiGLU into h, then
  *     down into y[t][s];
- *   prefill: the slots are grouped by expert on the device (counts, offsets, tiles of <= 64
- *     or 128 entries),
+ *   prefill: the slots are grouped by expert on the device (counts, offsets, tiles of <= 64),
  *     then grouped tiled products (int8 tensor cores), each tile one expert's weights;
  *   then out[t] = sum_s w[t][s] * y[t][s] in slot order (the CPU's combine).
  * The kernels read whatever the table points at (VRAM copy, VRAM cache slot, pinned host
@@ -215,9 +214,9 @@ void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bo
 #define GROUP_THREADS 1024
 
 /* list: slot entries grouped by expert (order within an expert is irrelevant: every entry's
- * result is computed on its own); tiles of at most `tile` entries of one expert. */
+ * result is computed on its own); tiles of at most 64 entries of one expert. */
 __global__ void __launch_bounds__(GROUP_THREADS)
-    k_group(const int32_t *ids, int nk, int n_expert, int tile, int32_t *list, int32_t *tile_exp,
+    k_group(const int32_t *ids, int nk, int n_expert, int32_t *list, int32_t *tile_exp,
             int32_t *tile_off, int32_t *tile_cnt, int32_t *n_tiles) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ int cnt[1024], base[1024], cur[1024], tb[1024];
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(GROUP_THREADS)
             base[e] = run;
             tb[e] = tiles;
             run += cnt[e];
-            tiles += (cnt[e] + tile - 1) / tile;
+            tiles += (cnt[e] + 63) / 64;
         }
         *n_tiles = tiles;
     }
@@ -245,10 +244,10 @@ __global__ void __launch_bounds__(GROUP_THREADS)
         list[base[e] + atomicAdd(&cur[e], 1)] = i;
     }
     for (int e = tid; e < n_expert; e += GROUP_THREADS)
-        for (int j = 0; j * tile < cnt[e]; j++) {
+        for (int j = 0; j * 64 < cnt[e]; j++) {
             tile_exp[tb[e] + j] = e;
-            tile_off[tb[e] + j] = base[e] + tile * j;
-            tile_cnt[tb[e] + j] = cnt[e] - tile * j < tile ? cnt[e] - tile * j : tile;
+            tile_off[tb[e] + j] = base[e] + 64 * j;
+            tile_cnt[tb[e] + j] = cnt[e] - 64 * j < 64 ? cnt[e] - 64 * j : 64;
         }
 }
 
@@ -331,14 +330,9 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
         if (ah.act == QT_F32) ah.f = H;
         cuda_matvec(c, td, F, E, &sd, nullptr, &ah, slots, Y, E);
     } else {
-        /* 128 entries per tile when the three products are quantized and most tiles would be
-         * full (an expert averages 192 or more); at the 30B-A3B shape's 128 per expert,
-         * 128-entry tiles measured 5% slower than 64 (counts of 120-140 need a second, nearly
-         * empty tile either way). A tile's empty 32-column quarters cost no products. */
-        const bool fl = tg == QT_F32 || tg == QT_F16 || tg == QT_BF16 || tu == QT_F32 || tu == QT_F16 ||
-                        tu == QT_BF16 || td == QT_F32 || td == QT_F16 || td == QT_BF16;
-        const int tile = !fl && slots >= 192 * c->n_expert ? 128 : 64;
-        const int max_tiles = slots / tile + (slots < c->n_expert ? slots : c->n_expert) + 1;
+        /* tiles of 64 entries: 128-entry tiles measured 5% slower at the 30B-A3B shape's 128
+         * entries per expert (counts of 120-140 need a second, nearly empty tile either way) */
+        const int max_tiles = slots / 64 + (slots < c->n_expert ? slots : c->n_expert) + 1;
         int32_t *gl = (int32_t *)cuda_scratch(c, SCR_GROUP, ((size_t)slots + 3 * (size_t)max_tiles + 64) * 4);
         mm_groups g;
         g.list = gl;
@@ -347,12 +341,11 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
         g.tile_cnt = g.tile_off + max_tiles;
         g.n_tiles = g.tile_cnt + max_tiles;
         g.max_tiles = max_tiles;
-        g.tile = tile;
         if (c->n_expert > 1024) {
             fprintf(stderr, "sluice: CUDA expert grouping supports up to 1024 experts\n");
             return nullptr;
         }
-        pdl_launch(k_group, 1, GROUP_THREADS, 0, c->stream, ids, slots, c->n_expert, tile, (int32_t *)g.list,
+        pdl_launch(k_group, 1, GROUP_THREADS, 0, c->stream, ids, slots, c->n_expert, (int32_t *)g.list,
                                                    (int32_t *)g.tile_exp, (int32_t *)g.tile_off,
                                                    (int32_t *)g.tile_cnt, (int32_t *)g.n_tiles);
         CU_LAUNCH();
