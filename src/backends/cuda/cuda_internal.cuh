@@ -50,6 +50,18 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* cp.async: 16 bytes (of which `n` are read, the rest zero-filled) or 4, global to shared */
+__device__ __forceinline__ void cp16(void *dst, const void *src, int n) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp4(void *dst, const void *src, int n) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 extern bool cuda_pdl; /* set when a backend is created: sm_90 or later and not turned off */
 
 template <typename... KArgs, typename... Args>

@@ -532,18 +532,6 @@ template <int T, int NCOL> struct tile_smem {
                          BYTES = OROW + NCOL * 4;
 };
 
-/* cp.async: 16 bytes (of which `n` are read, the rest zero-filled) or 4, global to shared */
-__device__ __forceinline__ void cp16(void *dst, const void *src, int n) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp4(void *dst, const void *src, int n) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* 64 weight rows x NCOL (64 or 128) activation rows per block: warps 2 (rows) x NCOL / 32
  * (columns), each 32 x 32 outputs; a warp whose 32 columns are all empty (a short expert
  * tile, the batch's end) skips its products. */

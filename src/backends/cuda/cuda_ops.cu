@@ -356,37 +356,76 @@ __global__ void k_attn_combine(const float *part, int splits, int hdv, float *ou
     }
 }
 
-/* Prefill (n > 8): 64 query rows (of one KV head) x 64 keys per step, register-tiled. The
- * warp-per-row kernel above reads two shared-memory words per multiply-add; at 2048 tokens it
- * took 58% of the 30B-A3B shape's prefill (8.2 ms per layer, bench/results/2026-11-30-cuda-
- * stream.md). Here a thread owns 4 rows x 4 keys of the scores (rows 4 ty + r, keys 4 tx + c)
- * and 4 rows x DV16 * 16 output dims (float4 groups 64 g + 4 tx), Q and K sit transposed in
- * shared memory so that each step reads one float4 of each for 16 products, and V takes K's
- * place once the scores are done (82 KB at head size 128: two blocks per SM). Scores are the
- * same d-ordered fused sums as the decode kernel's, the softmax per row is updated once per 64
- * keys (maximum and sum by a fixed butterfly), and P V adds keys in order: one fixed order per
- * output element, whatever n or the grid. */
+/* Prefill (n > 8) on the tensor cores: 64 query rows (of one KV head) x 64 keys per step. The
+ * FP32 form of this kernel (register-tiled, float4 shared-memory reads) reached ~20 TFLOP/s and
+ * took 84 ms of a 30B-A3B pp2048 (bench/results/2026-11-30-cuda-prefill2.md). Here both
+ * products, S = Q K^T and O += P V, are mma.m16n8k8 TF32 products in the "3xTF32" form: each
+ * FP32 operand is split into x = hi + lo, both exact in TF32's 11-bit significand (22 bits
+ * together), and a product is summed as lo*hi + hi*lo + hi*hi with FP32 accumulation. The
+ * dropped lo*lo term is below 2^-22 of each product, so the result keeps FP32's accuracy to a
+ * few ulps (test_cuda checks it against the CPU at every head size) while the multiply-adds run
+ * on the tensor cores. Warp w owns rows 16 (w & 3) .. + 15; of the scores, keys 32 (w >> 2) ..
+ * + 31, of the output, dims HDV/2 (w >> 2) .. + HDV/2 - 1. Q, K and V sit row-major in shared
+ * memory with strides of 4 (Q, K) and 8 (V) floats past a multiple of 32: the fragment reads
+ * are conflict-free. V takes K's place once the scores are written (87 KB at head size 128: two
+ * blocks per SM). The softmax per row is updated once per 64 keys (maximum and sum by a fixed
+ * butterfly). Every order is fixed (the MMA's own summation order is the hardware's): the same
+ * inputs give the same bits on every run. */
 #define APF_ROWS 64
 #define APF_KT 64
 #define APF_THREADS 256
+#define APF_PS 68 /* row stride of the scores: conflict-free A fragments */
+
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(__fsub_rn(x, __uint_as_float(hi))));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* D += A B, 3xTF32: the small terms first */
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                           const float b0, const float b1) {
+    uint32_t bh0, bl0, bh1, bl1;
+    tf32_split(b0, bh0, bl0);
+    tf32_split(b1, bh1, bl1);
+    mma_tf32(d, al, bh0, bh1);
+    mma_tf32(d, ah, bl0, bl1);
+    mma_tf32(d, ah, bh0, bh1);
+}
+
+/* The A fragment of rows r, r + 8 and columns c, c + 4 of a row-major tile of stride s */
+__device__ __forceinline__ void a_frag_3xtf32(const float *p, int s, uint32_t (&ah)[4], uint32_t (&al)[4]) {
+    tf32_split(p[0], ah[0], al[0]);
+    tf32_split(p[8 * s], ah[1], al[1]);
+    tf32_split(p[4], ah[2], al[2]);
+    tf32_split(p[8 * s + 4], ah[3], al[3]);
+}
 
 template <int DV16>
 __global__ void __launch_bounds__(APF_THREADS, DV16 <= 8 ? 2 : 1) k_attn_prefill(att_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     extern __shared__ __align__(16) float sm[];
-    constexpr int HDV = DV16 * 16, VG = HDV / 64; /* float4 groups of output dims per thread */
-    const int hd = A.hd;
-    float *Qt = sm;                          /* [hd][64]: Q transposed */
-    const int kvf = hd * APF_KT > APF_KT * HDV ? hd * APF_KT : APF_KT * HDV;
-    float *KV = Qt + hd * APF_ROWS;          /* [hd][64] K transposed, then [64][HDV] V */
-    float *Ps = KV + kvf;                    /* [64][65] scores, then probabilities */
-    float *Ms = Ps + APF_ROWS * 65;          /* [64] running maximum */
-    float *Ls = Ms + APF_ROWS;               /* [64] running sum */
-    float *Cs = Ls + APF_ROWS;               /* [64] this step's correction */
-    int *Pos = (int *)(Cs + APF_ROWS);       /* [64] the row's position, -1: no row */
-    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, warp = tid >> 5, lane = tid & 31;
-    const int G = A.n_head / A.n_head_kv, kvh = blockIdx.y, t0 = blockIdx.x * A.qt;
-    const int rows = A.qt * G, hd4 = hd / 4;
+    constexpr int HDV = DV16 * 16, VS = HDV + 8, VPT = APF_KT * HDV / 4 / APF_THREADS; /* float4s of V per thread */
+    const int hd = A.hd, QS = hd + 4, hd4 = hd / 4;
+    float *Qs = sm;                                            /* [64][QS] */
+    const int kvf = APF_KT * (QS > VS ? QS : VS);
+    float *KV = Qs + APF_ROWS * QS;                            /* [64][QS] K, then [64][VS] V */
+    float *Ps = KV + kvf;                                      /* [64][APF_PS] scores, then probabilities */
+    float *Ms = Ps + APF_ROWS * APF_PS;                        /* [64] running maximum */
+    float *Ls = Ms + APF_ROWS;                                 /* [64] running sum */
+    float *Cs = Ls + APF_ROWS;                                 /* [64] this step's correction */
+    int *Pos = (int *)(Cs + APF_ROWS);                         /* [64] the row's position, -1: no row */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    /* the last tokens (the most keys) first: the long blocks start in the first wave and the
+     * short ones fill the tail */
+    const int G = A.n_head / A.n_head_kv, kvh = blockIdx.y, t0 = (gridDim.x - 1 - blockIdx.x) * A.qt, rows = A.qt * G;
+    const int wr = 16 * (warp & 3), wk = 32 * (warp >> 2), wd = (HDV / 2) * (warp >> 2);
     const size_t krow = (size_t)A.n_head_kv * hd, vrow = (size_t)A.n_head_kv * HDV;
     for (int r = tid; r < APF_ROWS; r += APF_THREADS) {
         const int t = t0 + r / G;
@@ -394,89 +433,88 @@ __global__ void __launch_bounds__(APF_THREADS, DV16 <= 8 ? 2 : 1) k_attn_prefill
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
     }
-    /* Q: a thread reads 4 dims of one row (rows fastest: the transposed stores are conflict-free) */
+    /* the tiles are copied by cp.async: every copy of a tile in flight at once, no registers */
     for (int i = tid; i < APF_ROWS * hd4; i += APF_THREADS) {
-        const int r = i % APF_ROWS, d4 = i / APF_ROWS, t = t0 + r / G, h = kvh * G + r % G;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < rows && t < A.n) v = *reinterpret_cast<const float4 *>(A.q + ((size_t)t * A.n_head + h) * hd + 4 * d4);
-        Qt[(4 * d4) * APF_ROWS + r] = v.x;
-        Qt[(4 * d4 + 1) * APF_ROWS + r] = v.y;
-        Qt[(4 * d4 + 2) * APF_ROWS + r] = v.z;
-        Qt[(4 * d4 + 3) * APF_ROWS + r] = v.w;
+        const int r = i / hd4, d4 = i % hd4, t = t0 + r / G, h = kvh * G + r % G;
+        const bool in = r < rows && t < A.n;
+        cp16(Qs + r * QS + 4 * d4, in ? A.q + ((size_t)t * A.n_head + h) * hd + 4 * d4 : A.q, in ? 16 : 0);
     }
+    cp_commit();
     __syncthreads();
     int nkv = 0;
     for (int r = 0; r < APF_ROWS; r++) nkv = max(nkv, Pos[r] + 1);
-    float o[4][DV16];
+    const int r0 = wr + g, r1 = r0 + 8, p0 = Pos[r0], p1 = Pos[r1];
+    float o[DV16][4];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int n = 0; n < DV16; n++)
 #pragma unroll
-        for (int c = 0; c < DV16; c++) o[r][c] = 0.0f;
+        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
     for (int k0 = 0; k0 < nkv; k0 += APF_KT) {
         for (int i = tid; i < APF_KT * hd4; i += APF_THREADS) {
-            const int j = i % APF_KT, d4 = i / APF_KT;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (k0 + j < nkv) v = *reinterpret_cast<const float4 *>(A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd + 4 * d4);
-            KV[(4 * d4) * APF_KT + j] = v.x;
-            KV[(4 * d4 + 1) * APF_KT + j] = v.y;
-            KV[(4 * d4 + 2) * APF_KT + j] = v.z;
-            KV[(4 * d4 + 3) * APF_KT + j] = v.w;
+            const int j = i / hd4, d4 = i % hd4;
+            const bool in = k0 + j < nkv;
+            cp16(KV + j * QS + 4 * d4, in ? A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd + 4 * d4 : A.kc, in ? 16 : 0);
         }
+        cp_commit();
+        cp_wait<0>(); /* Q too, on the first step */
         __syncthreads();
-        /* scores: rows 4 ty + r, keys 4 tx + c */
+        /* S = Q K^T: the warp's 16 rows x 32 keys, four 8-key tiles */
         float sc[4][4];
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) sc[r][c] = 0.0f;
-#pragma unroll 4
-        for (int d = 0; d < hd; d++) {
-            const float4 qv = *reinterpret_cast<const float4 *>(Qt + d * APF_ROWS + 4 * ty);
-            const float4 kv = *reinterpret_cast<const float4 *>(KV + d * APF_KT + 4 * tx);
-            const float q4[4] = {qv.x, qv.y, qv.z, qv.w}, k4[4] = {kv.x, kv.y, kv.z, kv.w};
+            for (int e = 0; e < 4; e++) sc[j][e] = 0.0f;
+#pragma unroll 2
+        for (int kk = 0; kk < hd; kk += 8) {
+            uint32_t ah[4], al[4];
+            a_frag_3xtf32(Qs + r0 * QS + kk + tg, QS, ah, al);
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) sc[r][c] = __fmaf_rn(q4[r], k4[c], sc[r][c]);
-        }
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int row = 4 * ty + r, p = Pos[row];
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int key = k0 + 4 * tx + c;
-                Ps[row * 65 + 4 * tx + c] = key <= p ? __fmul_rn(sc[r][c], A.scale) : -INFINITY;
+            for (int j = 0; j < 4; j++) {
+                const float *kb = KV + (wk + 8 * j + g) * QS + kk + tg;
+                mma_3xtf32(sc[j], ah, al, kb[0], kb[4]);
             }
         }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int c = wk + 8 * j + 2 * tg, key = k0 + c;
+            float2 s0, s1;
+            s0.x = key <= p0 ? __fmul_rn(sc[j][0], A.scale) : -INFINITY;
+            s0.y = key + 1 <= p0 ? __fmul_rn(sc[j][1], A.scale) : -INFINITY;
+            s1.x = key <= p1 ? __fmul_rn(sc[j][2], A.scale) : -INFINITY;
+            s1.y = key + 1 <= p1 ? __fmul_rn(sc[j][3], A.scale) : -INFINITY;
+            *reinterpret_cast<float2 *>(Ps + r0 * APF_PS + c) = s0;
+            *reinterpret_cast<float2 *>(Ps + r1 * APF_PS + c) = s1;
+        }
         __syncthreads(); /* K consumed: V may take its place */
-        /* V's loads are issued before the softmax step and stored after it */
-        constexpr int VPT = APF_KT * HDV / 4 / APF_THREADS; /* float4s per thread */
-        float4 vv[VPT];
+        /* V's copies are issued before the softmax step and waited for after it */
 #pragma unroll
         for (int u = 0; u < VPT; u++) {
             const int i = tid + u * APF_THREADS, j = i / (HDV / 4), d4 = i % (HDV / 4);
-            vv[u] = k0 + j < nkv ? *reinterpret_cast<const float4 *>(A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * HDV + 4 * d4)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const bool in = k0 + j < nkv;
+            cp16(KV + j * VS + 4 * d4, in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * HDV + 4 * d4 : A.vc, in ? 16 : 0);
         }
-        /* the softmax step: warp w updates rows 8 w .. 8 w + 7, a lane holds keys lane, lane + 32 */
+        cp_commit();
+        /* the softmax step: warp w updates rows 8 w .. 8 w + 7, a lane holds keys lane, lane + 32
+         * (unrolled: the rows' shuffle chains interleave) */
+#pragma unroll
         for (int rr = 0; rr < APF_ROWS / 8; rr++) {
             const int row = warp * (APF_ROWS / 8) + rr;
-            const float s0 = Ps[row * 65 + lane], s1 = Ps[row * 65 + lane + 32];
+            const float s0 = Ps[row * APF_PS + lane], s1 = Ps[row * APF_PS + lane + 32];
             float tm = fmaxf(s0, s1);
 #pragma unroll
             for (int off = 16; off >= 1; off >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
             const float mo = Ms[row], mn = fmaxf(mo, tm);
-            float p0 = 0.0f, p1 = 0.0f, corr = 0.0f;
+            float e0 = 0.0f, e1 = 0.0f, corr = 0.0f;
             if (mn != -INFINITY) { /* else nothing visible yet: the row stays empty */
                 corr = mo == -INFINITY ? 0.0f : expf(__fsub_rn(mo, mn));
-                p0 = s0 == -INFINITY ? 0.0f : expf(__fsub_rn(s0, mn));
-                p1 = s1 == -INFINITY ? 0.0f : expf(__fsub_rn(s1, mn));
+                e0 = s0 == -INFINITY ? 0.0f : expf(__fsub_rn(s0, mn));
+                e1 = s1 == -INFINITY ? 0.0f : expf(__fsub_rn(s1, mn));
             }
-            float ps = __fadd_rn(p0, p1);
+            float ps = __fadd_rn(e0, e1);
 #pragma unroll
             for (int off = 16; off >= 1; off >>= 1) ps = __fadd_rn(ps, __shfl_xor_sync(0xffffffffu, ps, off));
-            Ps[row * 65 + lane] = p0;
-            Ps[row * 65 + lane + 32] = p1;
+            Ps[row * APF_PS + lane] = e0;
+            Ps[row * APF_PS + lane + 32] = e1;
             __syncwarp();
             if (lane == 0) {
                 Cs[row] = corr;
@@ -486,48 +524,44 @@ __global__ void __launch_bounds__(APF_THREADS, DV16 <= 8 ? 2 : 1) k_attn_prefill
                 }
             }
         }
-#pragma unroll
-        for (int u = 0; u < VPT; u++) reinterpret_cast<float4 *>(KV)[tid + u * APF_THREADS] = vv[u];
+        cp_wait<0>();
         __syncthreads();
-        /* O = O * corr + P V: rows 4 ty + r, dims 64 g + 4 tx + e */
+        /* O = O * corr + P V: the warp's 16 rows x HDV/2 dims, DV16 8-dim tiles */
+        const float c0 = Cs[r0], c1 = Cs[r1];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const float cr = Cs[4 * ty + r];
-#pragma unroll
-            for (int c = 0; c < DV16; c++) o[r][c] = __fmul_rn(o[r][c], cr);
+        for (int n = 0; n < DV16; n++) {
+            o[n][0] = __fmul_rn(o[n][0], c0);
+            o[n][1] = __fmul_rn(o[n][1], c0);
+            o[n][2] = __fmul_rn(o[n][2], c1);
+            o[n][3] = __fmul_rn(o[n][3], c1);
         }
 #pragma unroll 2
-        for (int j = 0; j < APF_KT; j++) {
-            float pv[4];
+        for (int kk = 0; kk < APF_KT; kk += 8) {
+            uint32_t ah[4], al[4];
+            a_frag_3xtf32(Ps + r0 * APF_PS + kk + tg, APF_PS, ah, al);
 #pragma unroll
-            for (int r = 0; r < 4; r++) pv[r] = Ps[(4 * ty + r) * 65 + j];
-#pragma unroll
-            for (int g = 0; g < VG; g++) {
-                const float4 v = *reinterpret_cast<const float4 *>(KV + j * HDV + 64 * g + 4 * tx);
-                const float v4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++) o[r][4 * g + e] = __fmaf_rn(pv[r], v4[e], o[r][4 * g + e]);
+            for (int n = 0; n < DV16; n++) {
+                const float *vb = KV + (kk + tg) * VS + wd + 8 * n + g;
+                mma_3xtf32(o[n], ah, al, vb[0], vb[4 * VS]);
             }
         }
         __syncthreads(); /* the tiles are consumed */
     }
+    cp_wait<0>(); /* nothing left in flight, even with no step */
+    const int rr[2] = {r0, r1};
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int row = 4 * ty + r;
+    for (int half = 0; half < 2; half++) {
+        const int row = rr[half];
         if (Pos[row] < 0) continue;
         const int t = t0 + row / G, h = kvh * G + row % G;
         const float inv = __fdiv_rn(1.0f, Ls[row]);
-        float *orow = A.out + ((size_t)t * A.n_head + h) * HDV;
+        float *orow = A.out + ((size_t)t * A.n_head + h) * HDV + wd + 2 * tg;
 #pragma unroll
-        for (int g = 0; g < VG; g++) {
-            float4 w;
-            w.x = __fmul_rn(o[r][4 * g], inv);
-            w.y = __fmul_rn(o[r][4 * g + 1], inv);
-            w.z = __fmul_rn(o[r][4 * g + 2], inv);
-            w.w = __fmul_rn(o[r][4 * g + 3], inv);
-            *reinterpret_cast<float4 *>(orow + 64 * g + 4 * tx) = w;
+        for (int n = 0; n < DV16; n++) {
+            float2 w;
+            w.x = __fmul_rn(o[n][2 * half], inv);
+            w.y = __fmul_rn(o[n][2 * half + 1], inv);
+            *reinterpret_cast<float2 *>(orow + 8 * n) = w;
         }
     }
 }
@@ -545,9 +579,9 @@ template <int DV16> static void attn_prefill_launch(cuda_backend *c, const att_a
 /* The tiled prefill kernel's shared memory, or 0 when it does not apply (the warp-per-row
  * kernel then runs). */
 static size_t attn_prefill_smem(const cuda_backend *c, int n, int G, int hd, int hd_v) {
-    if (n <= 8 || G > APF_ROWS || hd % 4 != 0 || (hd_v != 64 && hd_v != 128 && hd_v != 256)) return 0;
-    const size_t kv = (size_t)APF_KT * (hd > hd_v ? hd : hd_v);
-    const size_t f = (size_t)APF_ROWS * hd + kv + (size_t)APF_ROWS * 65 + 4 * APF_ROWS;
+    if (n <= 8 || G > APF_ROWS || hd % 8 != 0 || (hd_v != 64 && hd_v != 128 && hd_v != 256)) return 0;
+    const size_t qs = (size_t)hd + 4, vs = (size_t)hd_v + 8; /* the kernel's row strides */
+    const size_t f = APF_ROWS * qs + APF_KT * (qs > vs ? qs : vs) + (size_t)APF_ROWS * APF_PS + 4 * APF_ROWS;
     const size_t bytes = f * sizeof(float);
     return bytes <= (size_t)c->prop.sharedMemPerBlockOptin ? bytes : 0;
 }
