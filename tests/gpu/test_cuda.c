@@ -398,7 +398,7 @@ static void test_ssm(backend *c, backend *g) {
                 printf("  conv + split + l2norm fused (kd %d vd %d dk %d n %d): %s\n", kd, vd, dk, n,
                        !done ? "NOT RUN" : same ? "bit-identical to the three ops" : "DIFFERS");
                 EXPECT(same, "gdn_conv_split kd %d n %d", kd, n);
-                free(x); free(w); free(st);
+                free(x); free(st); /* w stays allocated, as above: the device caches weights by host address */
                 be_mfree(g, xd); be_mfree(g, s1); be_mfree(g, s2); be_mfree(g, co);
                 be_mfree(g, q1); be_mfree(g, k1); be_mfree(g, v1); be_mfree(g, q2); be_mfree(g, k2); be_mfree(g, v2);
             }
@@ -463,8 +463,12 @@ static void test_ssm(backend *c, backend *g) {
         float *b = rand_vec((size_t)n * H, 2.0f), *a = rand_vec((size_t)n * H, 2.0f);
         float *dt = rand_vec(H, 1.0f), *aa = rand_vec(H, 1.0f);
         float *bd = dev_copy(g, b, (size_t)n * H * 4), *ad = dev_copy(g, a, (size_t)n * H * 4);
+        /* the per-head parameters as device copies: the backend keeps one upload per host
+         * address for the model's lifetime (weights), and these fresh host arrays can sit where
+         * an earlier check's freed ones did (a stale upload: seen under compute-sanitizer) */
+        float *dtd = dev_copy(g, dt, (size_t)H * 4), *aad = dev_copy(g, aa, (size_t)H * 4);
         be_gdn_gates(c, b, a, dt, aa, n, H);
-        be_gdn_gates(g, bd, ad, dt, aa, n, H);
+        be_gdn_gates(g, bd, ad, dtd, aad, n, H);
         float *bg = host_of(g, bd, (size_t)n * H), *ag = host_of(g, ad, (size_t)n * H);
         printf("  gdn_gates rel %.2g / %.2g\n", rel_err(bg, b, (size_t)n * H), rel_err(ag, a, (size_t)n * H));
         EXPECT(rel_err(bg, b, (size_t)n * H) < 1e-6 && rel_err(ag, a, (size_t)n * H) < 1e-6, "gdn_gates");
@@ -481,7 +485,7 @@ static void test_ssm(backend *c, backend *g) {
         float *yg = host_of(g, yd, (size_t)n * 20);
         EXPECT(memcmp(yg, y, (size_t)n * 20 * 4) == 0, "copy_rows");
         free(b); free(a); free(bg); free(ag); free(x); free(xg); free(y); free(yg);
-        be_mfree(g, bd); be_mfree(g, ad); be_mfree(g, xd); be_mfree(g, yd);
+        be_mfree(g, bd); be_mfree(g, ad); be_mfree(g, xd); be_mfree(g, yd); be_mfree(g, dtd); be_mfree(g, aad);
     }
 }
 

@@ -222,7 +222,7 @@ struct att_args {
 template <int DV>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     const int hd = A.hd, hdv = A.hd_v;
     float *Kt = sm;                        /* [hd][33] */
     float *Vs = Kt + hd * 33;              /* [32][hd_v] */
@@ -255,24 +255,49 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
         for (int d = 0; d < DV; d++) o[r][d] = 0.0f;
     }
     float *qw = Qw + warp * hd;
+    const bool v16 = hdv % 4 == 0 && ((uintptr_t)A.vc & 15) == 0; /* V rows by 16-byte copies */
     for (int k0 = k_begin; k0 < k_end; k0 += ATT_KT) {
         __syncthreads(); /* the previous tile is consumed */
+        /* the tile (and the warp's first query row) by cp.async: every copy in flight at once.
+         * Plain loads here were a chain of dependent batches: 20 us of a decode step's attention
+         * at head size 256 for a context of 4 keys (bench/results/2026-11-30-cuda-decode/) */
         for (int i = threadIdx.x; i < ATT_KT * hd; i += blockDim.x) {
             const int j = i / hd, d = i % hd;
-            Kt[d * 33 + j] = k0 + j < k_end ? A.kc[(size_t)(k0 + j) * krow + (size_t)kvh * hd + d] : 0.0f;
+            const bool in = k0 + j < k_end;
+            cp4(Kt + d * 33 + j, in ? A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd + d : A.kc, in ? 4 : 0);
         }
-        for (int i = threadIdx.x; i < ATT_KT * hdv; i += blockDim.x) {
-            const int j = i / hdv, d = i % hdv;
-            Vs[j * hdv + d] = k0 + j < k_end ? A.vc[(size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d] : 0.0f;
+        if (v16) {
+            for (int i = threadIdx.x; i < ATT_KT * hdv / 4; i += blockDim.x) {
+                const int j = i / (hdv / 4), d = 4 * (i % (hdv / 4));
+                const bool in = k0 + j < k_end;
+                cp16(Vs + j * hdv + d, in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d : A.vc, in ? 16 : 0);
+            }
+        } else {
+            for (int i = threadIdx.x; i < ATT_KT * hdv; i += blockDim.x) {
+                const int j = i / hdv, d = i % hdv;
+                const bool in = k0 + j < k_end;
+                cp4(Vs + j * hdv + d, in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d : A.vc, in ? 4 : 0);
+            }
         }
+        {
+            const int t = t0 + warp / G, h = kvh * G + warp % G;
+            if (warp < rows && t < A.n) {
+                const float *qr = A.q + ((size_t)t * A.n_head + h) * hd;
+                for (int d = lane; d < hd; d += 32) cp4(qw + d, qr + d, 4);
+            }
+        }
+        cp_commit();
+        cp_wait<0>();
         __syncthreads();
 #pragma unroll
         for (int rr = 0; rr < ATT_RPW; rr++) {
             const int r = warp + rr * ATT_WARPS;
             const int t = t0 + r / G, h = kvh * G + r % G;
             if (r >= rows || t >= A.n) continue; /* warp-uniform */
-            const float *qr = A.q + ((size_t)t * A.n_head + h) * hd;
-            for (int d = lane; d < hd; d += 32) qw[d] = qr[d];
+            if (rr > 0) { /* row rr = 0 came with the tile */
+                const float *qr = A.q + ((size_t)t * A.n_head + h) * hd;
+                for (int d = lane; d < hd; d += 32) qw[d] = qr[d];
+            }
             __syncwarp();
             const int key = k0 + lane;
             float s = 0.0f;
@@ -332,26 +357,45 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
     }
 }
 
-/* One block per (token, head): the splits in order. */
+/* One block per (token, head): the splits in order. The splits' maxima and sums are read at
+ * once into shared memory and the live ones (any visible key) listed with their weights, so
+ * that each output dim adds only those: with a short context most of the 64 are empty, and a
+ * loop over all of them per dim was ~5 us of every attention layer's decode. The sums are the
+ * same, in the same order, as adding every split and skipping the empty ones. */
 __global__ void k_attn_combine(const float *part, int splits, int hdv, float *out) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    __shared__ float ms_s[ATT_SPLITS], ls_s[ATT_SPLITS], w_s[ATT_SPLITS];
+    __shared__ int live_s[ATT_SPLITS];
+    __shared__ int n_live_s;
+    __shared__ float inv_s;
     const size_t row = blockIdx.x;
     const float *pp = part + row * splits * (2 + hdv);
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[(size_t)s * (2 + hdv)]);
-    float L = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float ms = pp[(size_t)s * (2 + hdv)];
-        if (ms != -INFINITY) L = __fadd_rn(L, __fmul_rn(pp[(size_t)s * (2 + hdv) + 1], expf(__fsub_rn(ms, M))));
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        ms_s[s] = pp[(size_t)s * (2 + hdv)];
+        ls_s[s] = pp[(size_t)s * (2 + hdv) + 1];
     }
-    const float inv = __fdiv_rn(1.0f, L);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -INFINITY;
+        for (int s = 0; s < splits; s++) M = fmaxf(M, ms_s[s]);
+        float L = 0.0f;
+        int nl = 0;
+        for (int s = 0; s < splits; s++) {
+            if (ms_s[s] == -INFINITY) continue;
+            const float w = expf(__fsub_rn(ms_s[s], M));
+            L = __fadd_rn(L, __fmul_rn(ls_s[s], w));
+            live_s[nl] = s;
+            w_s[nl++] = w;
+        }
+        n_live_s = nl;
+        inv_s = __fdiv_rn(1.0f, L);
+    }
+    __syncthreads();
+    const int nl = n_live_s;
+    const float inv = inv_s;
     for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
         float O = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            const float ms = pp[(size_t)s * (2 + hdv)];
-            if (ms != -INFINITY)
-                O = __fadd_rn(O, __fmul_rn(pp[(size_t)s * (2 + hdv) + 2 + d], expf(__fsub_rn(ms, M))));
-        }
+        for (int i = 0; i < nl; i++) O = __fadd_rn(O, __fmul_rn(pp[(size_t)live_s[i] * (2 + hdv) + 2 + d], w_s[i]));
         out[row * hdv + d] = __fmul_rn(O, inv);
     }
 }
