@@ -28,7 +28,8 @@
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
 #             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
-#             "VAR=1 ..." also times pp2048 with those variables set (an A/B in one call)
+#             "VAR=1 ..." also times pp2048 and decode with those variables set, then decode
+#             without them once more (an A/B/A in one call)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -333,6 +334,9 @@ if has pprof; then
     if [ -n "${PPROF_ENV:-}" ]; then # the same pp2048 with a diagnostic switch, e.g. SLUICE_CUDA_MM_COLS64=1
       echo "with $PPROF_ENV:" >> "$OUT/summary.txt"
       env $PPROF_ENV timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+      env $PPROF_ENV timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+      echo "without it, again:" >> "$OUT/summary.txt"
+      timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     fi
   done
 fi

@@ -106,6 +106,15 @@ typedef struct backend_ops {
     bool (*gdn_conv_split)(backend *b, const float *x, int n, int kd, int vd, int dk,
                            const float *w, int kernel, float *state, float eps, float *q,
                            float *k, float *v);
+    /* Optional fusion of the attention input's per-head steps: RMSNorm of the q rows (n x
+     * n_head) and k rows (n x n_head_kv) of head_dim by q_norm / k_norm, RoPE of both at the
+     * step's positions, and kv_store of k and v (rows of row_k = n_head_kv * head_dim, row_v);
+     * q and k are rewritten in place; every value exactly as rmsnorm, rope and kv_store give
+     * it. false: not done (shape or backend), the caller runs those ops. */
+    bool (*qk_norm_rope_store)(backend *b, float *q, float *k, const float *v, int n, int n_head,
+                               int n_head_kv, int head_dim, const tview *q_norm, const tview *k_norm,
+                               float eps, int n_rot, const int32_t *pos, float freq_base,
+                               rope_mode mode, float *kc, float *vc, size_t row_k, size_t row_v);
     /* Gated delta rule over n tokens (see gdn_params). */
     void (*gated_delta)(backend *b, const float *q, const float *k, const float *v,
                         const float *g, const float *beta, float *state, const gdn_params *p,

@@ -95,17 +95,24 @@ static void attention_block(const sluice_model *m, model_state *st, backend *be,
     const tview *w[3] = {&L->wq, &L->wk, &L->wv};
     float *o[3] = {st->q, st->k, st->v};
     be_matmul_multi(be, 3, w, st->cur, n, o);
-    if (L->q_norm.data)
-        be_rmsnorm(be, st->q, &L->q_norm, n * hp->n_head, hp->head_dim_k, hp->rms_eps, st->q);
-    if (L->k_norm.data)
-        be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps, st->k);
-    be_rope(be, st->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
-            hp->rope);
-    be_rope(be, st->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
-            hp->rope);
     float *kc = st->kv_k + (size_t)il * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)il * st->n_ctx * st->kv_row_v;
-    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+    const bool fused = L->q_norm.data && L->k_norm.data && be->ops->qk_norm_rope_store &&
+                       be->ops->qk_norm_rope_store(be, st->q, st->k, st->v, n, hp->n_head, hp->n_head_kv,
+                                                   hp->head_dim_k, &L->q_norm, &L->k_norm, hp->rms_eps,
+                                                   hp->n_rot, st->pos, hp->rope_base, hp->rope, kc, vc,
+                                                   st->kv_row_k, st->kv_row_v);
+    if (!fused) {
+        if (L->q_norm.data)
+            be_rmsnorm(be, st->q, &L->q_norm, n * hp->n_head, hp->head_dim_k, hp->rms_eps, st->q);
+        if (L->k_norm.data)
+            be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps, st->k);
+        be_rope(be, st->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
+                hp->rope);
+        be_rope(be, st->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
+                hp->rope);
+        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+    }
     be_attention(be, st->q, kc, vc, n, pos0, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                  hp->head_dim_v, 1.0f / sqrtf((float)hp->head_dim_k), st->attn);
     be_matmul(be, &L->wo, st->attn, n, st->tmp);

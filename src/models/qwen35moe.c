@@ -361,14 +361,21 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     /* each head's rows are [query (hd) | gate (hd)] */
     be_copy_rows(be, st->q, (size_t)hd, H->qg, (size_t)2 * hd, n * nh, hd);
     be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
-    be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
-    be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
-    be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-    be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
     const int slot = H->slot[il];
     float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
-    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+    const bool fused = be->ops->qk_norm_rope_store &&
+                       be->ops->qk_norm_rope_store(be, st->q, st->k, st->v, n, nh, hp->n_head_kv, hd,
+                                                   &L->q_norm, &L->k_norm, hp->rms_eps, hp->n_rot, st->pos,
+                                                   hp->rope_base, hp->rope, kc, vc, st->kv_row_k,
+                                                   st->kv_row_v);
+    if (!fused) {
+        be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
+        be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
+        be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
+        be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
+        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+    }
     be_attention(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v,
                  1.0f / sqrtf((float)hd), st->attn);
     be_sigmoid_mul(be, st->attn, H->gate, n, nh * hd, nh * hd);

@@ -5,7 +5,8 @@
  * 1. codecs: every device weight type decodes a row to exactly the CPU's floats, and its dot
  *    product (device activation encoding, integer dot) matches the CPU's within float order;
  * 2. ops: each backend operation on random inputs, device vs CPU (matrix products in every
- *    kernel family: 1, <= 8 and tiled rows; attention decode and prefill; the delta rule; the
+ *    kernel family: 1, <= 8 and tiled rows; attention decode and prefill; the fused attention
+ *    input (q/k norms, RoPE, KV store) against the plain ops bit for bit; the delta rule; the
  *    router; routed experts through the expert table, decode and tiled);
  * 3. models: all-position logits of the prompt (DIR/NAME.prompt.ids, else synthetic ids) and a
  *    greedy continuation, GPU vs CPU (tolerance below); then the GPU's own invariants, bit for
@@ -339,6 +340,65 @@ static void test_norm_rope_attn(backend *c, backend *g) {
             be_mfree(g, od);
         }
     }
+}
+
+/* The fused attention-input op (q/k RMSNorm, RoPE, KV store) against the five plain ops on the
+ * device, bit for bit: q and k, and the KV cache rows, at the head sizes it takes (full and
+ * partial rotary, both RoPE modes), one token and a short prompt. */
+static void test_qk_fused(backend *g) {
+    printf("== q/k norm + rope + kv_store fused\n");
+    if (!g->ops->qk_norm_rope_store) {
+        EXPECT(false, "qk_norm_rope_store: no such op");
+        return;
+    }
+    const int n_head = 16, n_head_kv = 2, ctx = 40;
+    const int hds[3] = {64, 128, 256};
+    for (int hi = 0; hi < 3; hi++)
+        for (int ni = 0; ni < 2; ni++)
+            for (int mode = 0; mode <= 2; mode += 2) {
+                const int hd = hds[hi], n = ni ? 5 : 1, pos0 = ni ? 7 : 30, n_rot = hd == 256 ? 64 : hd;
+                const size_t qn = (size_t)n * n_head * hd, row_k = (size_t)n_head_kv * hd, row_v = row_k;
+                int32_t tok[5] = {0};
+                const int32_t *ids, *pos;
+                be_set_inputs(g, tok, n, pos0, &ids, &pos);
+                /* the norm weights stay allocated: the device caches weights by host address */
+                float *qw = rand_vec((size_t)hd, 1.0f), *kw = rand_vec((size_t)hd, 1.0f);
+                tview qn_t = {.type = GGML_TYPE_F32, .ne = {hd, 1, 1, 1}, .row_bytes = (size_t)hd * 4,
+                              .mat_bytes = (size_t)hd * 4, .data = qw, .name = "q_norm"};
+                tview kn_t = qn_t;
+                kn_t.data = kw;
+                kn_t.name = "k_norm";
+                float *q = rand_vec(qn, 1.0f), *k = rand_vec((size_t)n * row_k, 1.0f), *v = rand_vec((size_t)n * row_v, 1.0f);
+                float *cache = rand_vec((size_t)ctx * row_k, 1.0f);
+                float *q1 = dev_copy(g, q, qn * 4), *k1 = dev_copy(g, k, (size_t)n * row_k * 4);
+                float *q2 = dev_copy(g, q, qn * 4), *k2 = dev_copy(g, k, (size_t)n * row_k * 4);
+                float *vd = dev_copy(g, v, (size_t)n * row_v * 4);
+                float *kc1 = dev_copy(g, cache, (size_t)ctx * row_k * 4), *vc1 = dev_copy(g, cache, (size_t)ctx * row_v * 4);
+                float *kc2 = dev_copy(g, cache, (size_t)ctx * row_k * 4), *vc2 = dev_copy(g, cache, (size_t)ctx * row_v * 4);
+                be_rmsnorm(g, q1, &qn_t, n * n_head, hd, 1e-6f, q1);
+                be_rmsnorm(g, k1, &kn_t, n * n_head_kv, hd, 1e-6f, k1);
+                be_rope(g, q1, n, n_head, hd, n_rot, pos, 1e6f, (rope_mode)mode);
+                be_rope(g, k1, n, n_head_kv, hd, n_rot, pos, 1e6f, (rope_mode)mode);
+                be_kv_store(g, kc1, vc1, k1, vd, n, pos, row_k, row_v);
+                const bool done = g->ops->qk_norm_rope_store(g, q2, k2, vd, n, n_head, n_head_kv, hd, &qn_t, &kn_t,
+                                                             1e-6f, n_rot, pos, 1e6f, (rope_mode)mode, kc2, vc2,
+                                                             row_k, row_v);
+                bool same = done;
+                float *a[4] = {q1, k1, kc1, vc1}, *b2[4] = {q2, k2, kc2, vc2};
+                const size_t len[4] = {qn, (size_t)n * row_k, (size_t)ctx * row_k, (size_t)ctx * row_v};
+                for (int i = 0; i < 4 && same; i++) {
+                    float *ha = host_of(g, a[i], len[i]), *hb = host_of(g, b2[i], len[i]);
+                    same = memcmp(ha, hb, len[i] * 4) == 0;
+                    free(ha);
+                    free(hb);
+                }
+                printf("  hd %3d rot %3d %s n %d: %s\n", hd, n_rot, mode ? "neox" : "norm", n,
+                       !done ? "NOT RUN" : same ? "bit-identical to the five ops" : "DIFFERS");
+                EXPECT(same, "qk_norm_rope_store hd %d n %d mode %d", hd, n, mode);
+                free(q); free(k); free(v); free(cache);
+                be_mfree(g, q1); be_mfree(g, k1); be_mfree(g, q2); be_mfree(g, k2); be_mfree(g, vd);
+                be_mfree(g, kc1); be_mfree(g, vc1); be_mfree(g, kc2); be_mfree(g, vc2);
+            }
 }
 
 static void test_ssm(backend *c, backend *g) {
@@ -812,6 +872,7 @@ int main(int argc, char **argv) {
         test_codecs(g);
         test_matmul(c, g);
         test_norm_rope_attn(c, g);
+        test_qk_fused(g);
         test_ssm(c, g);
         test_moe(c, g);
     }

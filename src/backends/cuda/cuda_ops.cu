@@ -840,6 +840,116 @@ void cuda_op_kv_store(backend *b, float *kc, float *vc, const float *k, const fl
     cuda_prof_end(c, "kv_store");
 }
 
+/* ---- attention input: q/k norms, RoPE, KV store in one launch --------------------------------------
+ * A decode step's attention layer ran rmsnorm (q), rmsnorm (k), rope (q), rope (k) and kv_store
+ * as five dependent launches of ~2-3 us each over a few KB. Here one warp takes one head row:
+ * blocks 0 .. n n_head - 1 the q rows, the rest the k rows, which also store their v row. The
+ * norm keeps the layout the plain kernel uses at this width (k_norm8's eight consecutive values
+ * per lane at 256, k_norm<32>'s lane-strided ones below), so its double sums are the same; RoPE
+ * is k_rope's per-pair arithmetic; the stores are kv_store's copies. */
+template <int HD>
+__global__ void __launch_bounds__(32) k_qk_norm_rope_store(float *q, float *k, const float *v, int n, int n_head,
+                                                           int n_head_kv, const float *qw, const float *kw, float eps,
+                                                           int n_rot, const int32_t *pos, float theta_scale, int neox,
+                                                           float *kc, float *vc, size_t row_k, size_t row_v, int hdv) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    constexpr int PER = HD / 32;
+    __shared__ float r[HD];
+    const int lane = threadIdx.x, nq = n * n_head;
+    const bool isq = (int)blockIdx.x < nq;
+    const int idx = isq ? (int)blockIdx.x : (int)blockIdx.x - nq, nh = isq ? n_head : n_head_kv;
+    const int t = idx / nh, h = idx % nh;
+    float *x = (isq ? q : k) + (size_t)idx * HD;
+    const float *w = isq ? qw : kw;
+    float vals[PER];
+    double s = 0.0;
+    if constexpr (HD == 256) { /* k_norm8: elements 8 lane + j */
+#pragma unroll
+        for (int j = 0; j < PER; j++) vals[j] = x[8 * lane + j];
+    } else { /* k_norm<32>: elements lane + 32 j */
+#pragma unroll
+        for (int j = 0; j < PER; j++) vals[j] = x[lane + 32 * j];
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) s += (double)__fmul_rn(vals[j], vals[j]);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / HD), eps)));
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int e = HD == 256 ? 8 * lane + j : lane + 32 * j;
+        r[e] = __fmul_rn(__fmul_rn(vals[j], scale), w[e]);
+    }
+    __syncwarp();
+    float *kcr = isq ? nullptr : kc + (size_t)pos[t] * row_k + (size_t)h * HD;
+    const int half = n_rot / 2;
+    if (half > 0) {
+        const float p0 = (float)pos[t];
+        for (int i = lane; i < half; i += 32) {
+            float theta = p0;
+            for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
+            const float cs = cosf(theta), sn = sinf(theta);
+            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            const float x0 = r[i0], x1 = r[i1];
+            const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+            const float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+            x[i0] = y0;
+            x[i1] = y1;
+            if (kcr) {
+                kcr[i0] = y0;
+                kcr[i1] = y1;
+            }
+        }
+    }
+    for (int i = 2 * half + lane; i < HD; i += 32) { /* past the rotated dims */
+        x[i] = r[i];
+        if (kcr) kcr[i] = r[i];
+    }
+    if (!isq) {
+        const float *vr = v + (size_t)t * row_v + (size_t)h * hdv;
+        float *vcr = vc + (size_t)pos[t] * row_v + (size_t)h * hdv;
+        for (int i = lane; i < hdv; i += 32) vcr[i] = vr[i];
+    }
+}
+
+bool cuda_op_qk_norm_rope_store(backend *b, float *q, float *k, const float *v, int n, int n_head,
+                                int n_head_kv, int head_dim, const tview *q_norm, const tview *k_norm,
+                                float eps, int n_rot, const int32_t *pos, float freq_base, rope_mode mode,
+                                float *kc, float *vc, size_t row_k, size_t row_v) {
+    cuda_backend *c = CB(b);
+    const int hd = head_dim;
+    /* the widths whose plain norm is one warp (k_norm8 at 256 needs 16-byte aligned rows) */
+    if (c->no_qk_fuse || (hd != 64 && hd != 128 && hd != 256)) return false;
+    if (!q_norm || !q_norm->data || !k_norm || !k_norm->data || n_rot > hd || n_rot % 2 ||
+        row_k != (size_t)n_head_kv * hd || row_v % (size_t)n_head_kv)
+        return false;
+    if (hd == 256 && ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k)) & 15)) return false;
+    cuda_prof_begin(c);
+    const float *qw = (const float *)cuda_weight(c, q_norm->data, (size_t)hd * sizeof(float));
+    const float *kw = (const float *)cuda_weight(c, k_norm->data, (size_t)hd * sizeof(float));
+    if (hd == 256 && ((reinterpret_cast<uintptr_t>(qw) | reinterpret_cast<uintptr_t>(kw)) & 15)) {
+        cuda_prof_end(c, "qk norm + rope + kv_store");
+        return false;
+    }
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot); /* as cuda_op_rope */
+    const unsigned blocks = (unsigned)(n * (n_head + n_head_kv));
+    const int hdv = (int)(row_v / (size_t)n_head_kv), neox = mode == ROPE_NEOX;
+    if (hd == 64)
+        pdl_launch(k_qk_norm_rope_store<64>, blocks, 32, 0, c->stream, q, k, v, n, n_head, n_head_kv, qw, kw, eps,
+                   n_rot, pos, theta_scale, neox, kc, vc, row_k, row_v, hdv);
+    else if (hd == 128)
+        pdl_launch(k_qk_norm_rope_store<128>, blocks, 32, 0, c->stream, q, k, v, n, n_head, n_head_kv, qw, kw, eps,
+                   n_rot, pos, theta_scale, neox, kc, vc, row_k, row_v, hdv);
+    else
+        pdl_launch(k_qk_norm_rope_store<256>, blocks, 32, 0, c->stream, q, k, v, n, n_head, n_head_kv, qw, kw, eps,
+                   n_rot, pos, theta_scale, neox, kc, vc, row_k, row_v, hdv);
+    CU_LAUNCH();
+    cuda_act_invalidate_range(c, q, (size_t)n * n_head * hd * sizeof(float));
+    cuda_act_invalidate_range(c, k, (size_t)n * row_k * sizeof(float));
+    cuda_prof_end(c, "qk norm + rope + kv_store");
+    return true;
+}
+
 /* ---- causal conv1d + SiLU ----------------------------------------------------------------------- */
 
 #define CONV_MAXK 16
