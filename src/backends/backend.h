@@ -70,6 +70,11 @@ typedef struct backend_ops {
     /* y = x / sqrt(mean(x^2) + eps) * w over rows of dim values (w: F32 view or NULL); y may be x */
     void (*rmsnorm)(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
                     float *y);
+    /* Optional fusion of add (x += a over n_rows x dim) and rmsnorm (y = the norm of the new x,
+     * times w): every value exactly as the two ops give it. false: not done (shape or backend),
+     * nothing changed; the caller runs both. */
+    bool (*add_rmsnorm)(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim,
+                        float eps, float *y);
     /* Rotate the first n_rot dims of each head of x [n_tok][n_head][head_dim] in place. */
     void (*rope)(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
                  const int32_t *pos, float freq_base, rope_mode mode);

@@ -139,8 +139,11 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
         const layer_weights *L = &m->layers[il];
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         attention_block(m, st, be, il, n, pos0);
-        be_add(be, st->x, st->tmp, (size_t)n * E);
-        be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        if (!be->ops->add_rmsnorm ||
+            !be->ops->add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur)) {
+            be_add(be, st->x, st->tmp, (size_t)n * E);
+            be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        }
         if (L->ffn_gate_inp.data) {
             if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
         } else {

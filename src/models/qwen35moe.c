@@ -396,8 +396,11 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (L->recurrent) gdn_layer_forward(m, st, be, il, n);
         else gated_attention(m, st, be, il, n, pos0);
-        be_add(be, st->x, st->tmp, (size_t)n * E);
-        be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        if (!be->ops->add_rmsnorm ||
+            !be->ops->add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur)) {
+            be_add(be, st->x, st->tmp, (size_t)n * E);
+            be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        }
         if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
     }
     if (!logits) return 0; /* an intermediate prompt chunk */

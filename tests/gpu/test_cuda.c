@@ -6,8 +6,9 @@
  *    product (device activation encoding, integer dot) matches the CPU's within float order;
  * 2. ops: each backend operation on random inputs, device vs CPU (matrix products in every
  *    kernel family: 1, <= 8 and tiled rows; attention decode and prefill; the fused attention
- *    input (q/k norms, RoPE, KV store) against the plain ops bit for bit; the delta rule; the
- *    router; routed experts through the expert table, decode and tiled);
+ *    input (q/k norms, RoPE, KV store) and the residual add + norm against the plain ops bit
+ *    for bit; the delta rule; the router; routed experts through the expert table, decode and
+ *    tiled);
  * 3. models: all-position logits of the prompt (DIR/NAME.prompt.ids, else synthetic ids) and a
  *    greedy continuation, GPU vs CPU (tolerance below); then the GPU's own invariants, bit for
  *    bit: a second run, the VRAM-streamed expert cache at floor / middle / full size with misses
@@ -399,6 +400,44 @@ static void test_qk_fused(backend *g) {
                 be_mfree(g, q1); be_mfree(g, k1); be_mfree(g, q2); be_mfree(g, k2); be_mfree(g, vd);
                 be_mfree(g, kc1); be_mfree(g, vc1); be_mfree(g, kc2); be_mfree(g, vc2);
             }
+}
+
+/* The fused residual add + RMSNorm against add then rmsnorm on the device, bit for bit (the new
+ * x and the norm), at the model width; a width the fused form does not take is refused with x
+ * untouched. */
+static void test_add_norm(backend *g) {
+    printf("== add + rmsnorm fused\n");
+    if (!g->ops->add_rmsnorm) {
+        EXPECT(false, "add_rmsnorm: no such op");
+        return;
+    }
+    static const int shapes[4][2] = {{1, 2048}, {5, 2048}, {37, 4096}, {3, 320}};
+    for (int si = 0; si < 4; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        const size_t len = (size_t)rows * dim;
+        float *x = rand_vec(len, 1.0f), *a = rand_vec(len, 1.0f);
+        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
+        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
+                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "norm"};
+        float *x1 = dev_copy(g, x, len * 4), *x2 = dev_copy(g, x, len * 4), *ad = dev_copy(g, a, len * 4);
+        float *y1 = be_alloc(g, len * 4), *y2 = be_alloc(g, len * 4);
+        be_add(g, x1, ad, len);
+        be_rmsnorm(g, x1, &wt, rows, dim, 1e-6f, y1);
+        const bool done = g->ops->add_rmsnorm(g, x2, ad, &wt, rows, dim, 1e-6f, y2);
+        float *hx1 = host_of(g, x1, len), *hx2 = host_of(g, x2, len), *hy1 = host_of(g, y1, len),
+              *hy2 = host_of(g, y2, len);
+        if (dim % 256 == 0) {
+            const bool same = done && memcmp(hx1, hx2, len * 4) == 0 && memcmp(hy1, hy2, len * 4) == 0;
+            printf("  %d x %d: %s\n", rows, dim, !done ? "NOT RUN" : same ? "bit-identical to add + rmsnorm" : "DIFFERS");
+            EXPECT(same, "add_rmsnorm %d x %d", rows, dim);
+        } else {
+            const bool untouched = memcmp(hx2, x, len * 4) == 0;
+            printf("  %d x %d: %s\n", rows, dim, done ? "taken (unexpected)" : untouched ? "refused, x untouched" : "refused, x CHANGED");
+            EXPECT(!done && untouched, "add_rmsnorm %d x %d refused", rows, dim);
+        }
+        free(x); free(a); free(hx1); free(hx2); free(hy1); free(hy2);
+        be_mfree(g, x1); be_mfree(g, x2); be_mfree(g, ad); be_mfree(g, y1); be_mfree(g, y2);
+    }
 }
 
 static void test_ssm(backend *c, backend *g) {
@@ -873,6 +912,7 @@ int main(int argc, char **argv) {
         test_matmul(c, g);
         test_norm_rope_attn(c, g);
         test_qk_fused(g);
+        test_add_norm(g);
         test_ssm(c, g);
         test_moe(c, g);
     }

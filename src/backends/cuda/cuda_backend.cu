@@ -769,6 +769,7 @@ static backend_ops make_ops() {
     o.moe_tail = cuda_op_moe_tail;
     o.gdn_conv_split = cuda_op_gdn_conv_split;
     o.qk_norm_rope_store = cuda_op_qk_norm_rope_store;
+    o.add_rmsnorm = cuda_op_add_rmsnorm;
     o.gdn_gates = cuda_op_gdn_gates;
     o.alloc = op_alloc;
     o.mfree = op_mfree;
@@ -850,6 +851,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
     c->attn_rows = getenv("SLUICE_CUDA_ATTN_ROWS") != nullptr;
     c->no_qk_fuse = getenv("SLUICE_CUDA_NO_QK_FUSE") != nullptr;
+    c->no_add_norm = getenv("SLUICE_CUDA_NO_ADD_NORM") != nullptr;
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));

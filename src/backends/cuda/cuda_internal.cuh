@@ -197,6 +197,7 @@ struct cuda_backend {
     bool graph_timing;
     bool attn_rows;            /* SLUICE_CUDA_ATTN_ROWS: prefill attention by the warp-per-row kernel */
     bool no_qk_fuse;           /* SLUICE_CUDA_NO_QK_FUSE: q/k norms, RoPE and KV store as five ops */
+    bool no_add_norm;          /* SLUICE_CUDA_NO_ADD_NORM: the residual add and the norm as two ops */
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
@@ -338,6 +339,8 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
 void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out);
 void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
 void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim);
+bool cuda_op_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim, float eps,
+                         float *y);
 bool cuda_op_qk_norm_rope_store(backend *b, float *q, float *k, const float *v, int n, int n_head,
                                 int n_head_kv, int head_dim, const tview *q_norm, const tview *k_norm,
                                 float eps, int n_rot, const int32_t *pos, float freq_base, rope_mode mode,

@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int
  * back. Squares are summed in double per thread in element order, then the fixed butterfly,
  * then the warps' sums in warp order. The layout depends on dim alone, so a row gives the same
  * bits in any batch. */
-__global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *w, int dim, float eps, float *y,
-                                                int8_t *q, float *qd, int *qbs) {
+__global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *add, float *xo, const float *w, int dim,
+                                                float eps, float *y, int8_t *q, float *qd, int *qbs) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ double part[32];
     __shared__ float scale_s;
@@ -79,6 +79,16 @@ __global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *w, 
     {
         const float4 a = *reinterpret_cast<const float4 *>(xr), b = *reinterpret_cast<const float4 *>(xr + 4);
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    }
+    if (add) { /* the residual add first (add_rmsnorm): x = x + add, k_add's sum, written back */
+        const float *ar = add + (size_t)row * dim + 8 * tid;
+        const float4 a = *reinterpret_cast<const float4 *>(ar), b = *reinterpret_cast<const float4 *>(ar + 4);
+        const float av[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], av[j]);
+        float *xw = xo + (size_t)row * dim + 8 * tid;
+        *reinterpret_cast<float4 *>(xw) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4 *>(xw + 4) = make_float4(v[4], v[5], v[6], v[7]);
     }
     if (w) {
         const float4 a = *reinterpret_cast<const float4 *>(w + 8 * tid), b = *reinterpret_cast<const float4 *>(w + 8 * tid + 4);
@@ -116,16 +126,21 @@ __global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *w, 
  * kernel: the encoder's own launch was ~3 us of a ~130 us layer, twice per layer. */
 #define NORM_ENCODE_MAX_ROWS 8
 
+/* add (add_rmsnorm): x += add first, in the register form only; false when that form does not
+ * apply (nothing launched) */
 template <bool L2>
-static void launch_norm(cuda_backend *c, const float *x, const float *w, int n_rows, int dim, float eps,
-                        float *y) {
-    if (n_rows <= 0) return;
-    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
+static bool launch_norm(cuda_backend *c, const float *x, const float *w, int n_rows, int dim, float eps,
+                        float *y, float *add_x = nullptr, const float *add = nullptr) {
+    if (n_rows <= 0) return true;
     /* the register form needs 16-byte aligned rows (every buffer here is device memory from
      * cudaMalloc or a 256-byte aligned weight upload) */
     const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
-                           reinterpret_cast<uintptr_t>(w)) & 15) == 0;
-    if (!L2 && dim % 256 == 0 && dim / 8 <= 1024 && aligned) {
+                           reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(add)) & 15) == 0;
+    const bool reg = !L2 && dim % 256 == 0 && dim / 8 <= 1024 && aligned;
+    if (add && !reg) return false;
+    if (add) cuda_act_invalidate_range(c, add_x, (size_t)n_rows * dim * sizeof(float));
+    cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
+    if (reg) {
         int8_t *q = nullptr;
         float *qd = nullptr;
         int *qbs = nullptr;
@@ -135,14 +150,26 @@ static void launch_norm(cuda_backend *c, const float *x, const float *w, int n_r
             qd = (float *)a.d;
             qbs = (int *)a.bs;
         }
-        pdl_launch(k_norm8, n_rows, dim / 8, 0, c->stream, x, w, dim, eps, y, q, qd, qbs);
+        pdl_launch(k_norm8, n_rows, dim / 8, 0, c->stream, x, add, add_x, w, dim, eps, y, q, qd, qbs);
         CU_LAUNCH();
-        return;
+        return true;
     }
     if (dim >= 1024) pdl_launch(k_norm<L2, 256>, n_rows, 256, 0, c->stream, x, w, dim, eps, y);
     else if (dim >= 256) pdl_launch(k_norm<L2, 64>, n_rows, 64, 0, c->stream, x, w, dim, eps, y);
     else pdl_launch(k_norm<L2, 32>, n_rows, 32, 0, c->stream, x, w, dim, eps, y);
     CU_LAUNCH();
+    return true;
+}
+
+bool cuda_op_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim, float eps,
+                         float *y) {
+    cuda_backend *c = CB(b);
+    if (c->no_add_norm) return false;
+    cuda_prof_begin(c);
+    const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
+    const bool done = launch_norm<false>(c, x, wd, n_rows, dim, eps, y, x, a);
+    cuda_prof_end(c, "add + rmsnorm");
+    return done;
 }
 
 void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,
