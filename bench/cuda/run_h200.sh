@@ -25,7 +25,8 @@
 #   stream    the issue's small-VRAM comparison: the 35B-A3B shape uniformly routed and with
 #             --routing-skew 1 (both synthesized in the background from the start, /tmp/models),
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
-#             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode)
+#             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode);
+#             STREAM_NO_SKEW=1: the uniform file only
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
 #             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
 #             "VAR=1 ..." also times pp2048 and decode with those variables set, then decode
@@ -94,7 +95,8 @@ fi
 
 SYNTH_PID=
 BIGS=() # the full-size files the stream and pprof stages need, synthesized in one background job
-has stream && BIGS+=("$Q35" "$Q35Z")
+has stream && BIGS+=("$Q35")
+has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
 if [ ${#BIGS[@]} -gt 0 ]; then
   ( for f in $(printf '%s\n' "${BIGS[@]}" | awk '!seen[$0]++'); do
@@ -309,7 +311,7 @@ if has bench; then
 fi
 
 if has stream; then
-  for f in "$Q35" "$Q35Z"; do
+  for f in "$Q35" $([ -z "${STREAM_NO_SKEW:-}" ] && echo "$Q35Z"); do
     wait_for "$f" || { say "stream: $(basename "$f") missing"; continue; }
     n=$(basename "$f" .gguf)
     [ "$f" = "$Q35" ] && "$SL" bench -m "$f" --gpu --gpu-budget 8GiB --plan >> "$OUT/summary.txt" 2>&1
