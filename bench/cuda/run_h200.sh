@@ -27,6 +27,8 @@
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode);
 #             STREAM_NO_SKEW=1: the uniform file only
+#   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
+#             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
 #             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
 #             "VAR=1 ..." also times pp2048 and decode with those variables set, then decode
@@ -98,6 +100,7 @@ BIGS=() # the full-size files the stream and pprof stages need, synthesized in o
 has stream && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
+has stream30 && BIGS+=("$Q30")
 if [ ${#BIGS[@]} -gt 0 ]; then
   ( for f in $(printf '%s\n' "${BIGS[@]}" | awk '!seen[$0]++'); do
       [ -f "$f" ] && continue
@@ -324,6 +327,19 @@ if has stream; then
   grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
 fi
 
+if has stream30; then
+  if wait_for "$Q30"; then
+    n=$(basename "$Q30" .gguf)
+    "$SL" bench -m "$Q30" --gpu --gpu-budget 8GiB --plan 2>&1 | grep -E "^gpu|vram|pinned" >> "$OUT/summary.txt"
+    bench_one "$n resident" -m "$Q30" --gpu -p 512 -n 64 -r 1
+    bench_one "$n 8GiB copy" -m "$Q30" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+    bench_one "$n 8GiB zerocopy" -m "$Q30" --gpu --gpu-budget 8GiB --gpu-miss zerocopy -p 512 -n 64 -r 1
+    bench_one "$n 8GiB copy pp2048" -m "$Q30" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
+  else
+    say "stream30: $(basename "$Q30") missing"
+  fi
+fi
+
 if has pprof; then
   for f in "$Q30" "$Q35"; do
     wait_for "$f" || continue
@@ -381,6 +397,8 @@ if has llama && [ -f .devcarry/llama.tar.xz ]; then
     [ -f "$Q35Z" ] && llama_one "35B skew -ncmoe 26" -m "$Q35Z" -ngl 99 -fa off -ncmoe 26 -p 512,2048 -n 64 -r 1
   fi
   [ -z "${NO30:-}" ] && wait_for "$Q30" && llama_one "30B resident" -m "$Q30" -ngl 99 -fa off -p 2048 -n 128 -r 1
+  # 30B-A3B: 48 layers of ~0.34 GiB of experts; 19 on the GPU plus the dense weights is ~8 GiB
+  has stream30 && [ -f "$Q30" ] && llama_one "30B -ncmoe 29" -m "$Q30" -ngl 99 -fa off -ncmoe 29 -p 512,2048 -n 64 -r 1
 fi
 
 if has waitsynth; then # keep this call until the background synth is done (a later call uses the files)
