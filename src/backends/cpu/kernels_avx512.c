@@ -537,6 +537,89 @@ static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int h
     o->dm = ld_f16(x + 2);
 }
 
+/* The float step of one (4 rows) x (16 tokens) block: the reference's
+ * sumf += (d*da)*isum - (dmin*da)*summs, lane-wise. */
+static inline void k45_float(const k45_row8 *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
+                             int stride) {
+    __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
+    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
+    for (int r = 0; r < R; r++) {
+        __m512i m = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++)
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
+        __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
+        __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
+        acc[r * stride] = _mm512_add_ps(acc[r * stride], _mm512_sub_ps(t, mt));
+    }
+}
+
+/* Two 16-token blocks per pass over a super-block of 4 rows: each broadcast weight quad feeds
+ * two vpdpbusd (one per token block) and each activation load four (one per row), where one
+ * block per pass paid a broadcast per vpdpbusd. The integer sums per (row, token) are the same
+ * exact values, and each block's float step is the same: the same bits. */
+static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
+                            __m512 *acc1, int stride) {
+    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
+                  *q3 = (const int32_t *)rw[3].q;
+    const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
+    __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
+    for (int sub = 0; sub < 8; sub++) {
+        __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00,
+                p31 = p00;
+        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
+            const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
+            __m512i b = _mm512_set1_epi32(q0[i]);
+            p00 = _mm512_dpbusd_epi32(p00, b, a0);
+            p01 = _mm512_dpbusd_epi32(p01, b, a1);
+            b = _mm512_set1_epi32(q1[i]);
+            p10 = _mm512_dpbusd_epi32(p10, b, a0);
+            p11 = _mm512_dpbusd_epi32(p11, b, a1);
+            b = _mm512_set1_epi32(q2[i]);
+            p20 = _mm512_dpbusd_epi32(p20, b, a0);
+            p21 = _mm512_dpbusd_epi32(p21, b, a1);
+            b = _mm512_set1_epi32(q3[i]);
+            p30 = _mm512_dpbusd_epi32(p30, b, a0);
+            p31 = _mm512_dpbusd_epi32(p31, b, a1);
+        }
+        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
+                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
+        i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
+        i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
+        i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
+        i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
+        i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
+        i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
+        i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
+        i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
+    }
+    const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
+    k45_float(rw, R, blk0, isum0, acc0, stride);
+    k45_float(rw, R, blk1, isum1, acc1, stride);
+}
+
+static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride) {
+    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
+                  *q3 = (const int32_t *)rw[3].q;
+    const __m512i *A = (const __m512i *)blk;
+    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
+    for (int sub = 0; sub < 8; sub++) {
+        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
+        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
+            __m512i av = _mm512_load_si512(A + i);
+            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
+            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
+            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
+            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
+        }
+        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
+        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
+        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
+        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
+    }
+    const __m512i isum[4] = {i0, i1, i2, i3};
+    k45_float(rw, R, blk, isum, acc, stride);
+}
+
 static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
                      float *out, size_t os, int bytes, int qs_off, int has_high) {
     const int64_t nsb = n / QK_K;
@@ -553,39 +636,14 @@ static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uin
                 for (int r = 0; r < R; r++)
                     unpack_k45_8(w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], qs_off, has_high);
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
-                const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q,
-                              *q2 = (const int32_t *)rw[2].q, *q3 = (const int32_t *)rw[3].q;
-                for (int tb = tb0; tb < tb1; tb++) {
-                    const uint8_t *blk = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8;
-                    const __m512i *A = (const __m512i *)blk;
-                    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
-                    for (int sub = 0; sub < 8; sub++) {
-                        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
-                        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
-                            __m512i av = _mm512_load_si512(A + i);
-                            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
-                            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
-                            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
-                            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
-                        }
-                        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
-                        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
-                        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
-                        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
-                    }
-                    __m512i isum[4] = {i0, i1, i2, i3};
-                    __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
-                    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
-                    for (int r = 0; r < R; r++) {
-                        /* the reference's step, lane-wise: sumf += (d*da)*isum - (dmin*da)*summs */
-                        __m512i m = _mm512_setzero_si512();
-                        for (int j = 0; j < 8; j++)
-                            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
-                        __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
-                        __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
-                        acc[r][tb - tb0] = _mm512_add_ps(acc[r][tb - tb0], _mm512_sub_ps(t, mt));
-                    }
-                }
+                int tb = tb0;
+                for (; tb + 1 < tb1; tb += 2)
+                    k45_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8,
+                             packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
+                             &acc[0][tb + 1 - tb0], TB_CHUNK);
+                if (tb < tb1)
+                    k45_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
+                               TB_CHUNK);
             }
             for (int r = 0; r < R; r++)
                 for (int tb = tb0; tb < tb1; tb++) {
