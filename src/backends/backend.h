@@ -390,6 +390,32 @@ static inline void be_kv_store(backend *b, float *kc, float *vc, const float *k,
                                int n, const int32_t *pos, size_t row_k, size_t row_v) {
     b->ops->kv_store(b, kc, vc, k, v, n, pos, row_k, row_v);
 }
+/* An attention layer's input steps: q/k RMSNorm (each weight optional: no data, no norm), RoPE
+ * of both at pos, and the KV store of k and v; the backend's fused op when it takes them, else
+ * the five ops (see qk_norm_rope_store). */
+static inline void be_qk_norm_rope_store(backend *b, float *q, float *k, const float *v, int n, int n_head,
+                                         int n_head_kv, int head_dim, const tview *q_norm,
+                                         const tview *k_norm, float eps, int n_rot, const int32_t *pos,
+                                         float freq_base, rope_mode mode, float *kc, float *vc,
+                                         size_t row_k, size_t row_v) {
+    if (q_norm->data && k_norm->data && b->ops->qk_norm_rope_store &&
+        b->ops->qk_norm_rope_store(b, q, k, v, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, n_rot,
+                                   pos, freq_base, mode, kc, vc, row_k, row_v))
+        return;
+    if (q_norm->data) b->ops->rmsnorm(b, q, q_norm, n * n_head, head_dim, eps, q);
+    if (k_norm->data) b->ops->rmsnorm(b, k, k_norm, n * n_head_kv, head_dim, eps, k);
+    b->ops->rope(b, q, n, n_head, head_dim, n_rot, pos, freq_base, mode);
+    b->ops->rope(b, k, n, n_head_kv, head_dim, n_rot, pos, freq_base, mode);
+    b->ops->kv_store(b, kc, vc, k, v, n, pos, row_k, row_v);
+}
+/* x += a, then y = rmsnorm(x) * w: the backend's fused op when it takes the shape, else both
+ * ops (see add_rmsnorm). */
+static inline void be_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, int n_rows,
+                                  int dim, float eps, float *y) {
+    if (b->ops->add_rmsnorm && b->ops->add_rmsnorm(b, x, a, w, n_rows, dim, eps, y)) return;
+    b->ops->add(b, x, a, (size_t)n_rows * dim);
+    b->ops->rmsnorm(b, x, w, n_rows, dim, eps, y);
+}
 static inline void be_set_inputs(backend *b, const int32_t *tokens, int n, int pos0,
                                  const int32_t **ids, const int32_t **pos) {
     b->ops->set_inputs(b, tokens, n, pos0, ids, pos);

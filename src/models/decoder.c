@@ -97,22 +97,9 @@ static void attention_block(const sluice_model *m, model_state *st, backend *be,
     be_matmul_multi(be, 3, w, st->cur, n, o);
     float *kc = st->kv_k + (size_t)il * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)il * st->n_ctx * st->kv_row_v;
-    const bool fused = L->q_norm.data && L->k_norm.data && be->ops->qk_norm_rope_store &&
-                       be->ops->qk_norm_rope_store(be, st->q, st->k, st->v, n, hp->n_head, hp->n_head_kv,
-                                                   hp->head_dim_k, &L->q_norm, &L->k_norm, hp->rms_eps,
-                                                   hp->n_rot, st->pos, hp->rope_base, hp->rope, kc, vc,
-                                                   st->kv_row_k, st->kv_row_v);
-    if (!fused) {
-        if (L->q_norm.data)
-            be_rmsnorm(be, st->q, &L->q_norm, n * hp->n_head, hp->head_dim_k, hp->rms_eps, st->q);
-        if (L->k_norm.data)
-            be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->rms_eps, st->k);
-        be_rope(be, st->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
-                hp->rope);
-        be_rope(be, st->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, st->pos, hp->rope_base,
-                hp->rope);
-        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
-    }
+    be_qk_norm_rope_store(be, st->q, st->k, st->v, n, hp->n_head, hp->n_head_kv, hp->head_dim_k, &L->q_norm,
+                          &L->k_norm, hp->rms_eps, hp->n_rot, st->pos, hp->rope_base, hp->rope, kc, vc,
+                          st->kv_row_k, st->kv_row_v);
     be_attention(be, st->q, kc, vc, n, pos0, hp->n_head, hp->n_head_kv, hp->head_dim_k,
                  hp->head_dim_v, 1.0f / sqrtf((float)hp->head_dim_k), st->attn);
     be_matmul(be, &L->wo, st->attn, n, st->tmp);
@@ -139,11 +126,7 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
         const layer_weights *L = &m->layers[il];
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         attention_block(m, st, be, il, n, pos0);
-        if (!be->ops->add_rmsnorm ||
-            !be->ops->add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur)) {
-            be_add(be, st->x, st->tmp, (size_t)n * E);
-            be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
-        }
+        be_add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (L->ffn_gate_inp.data) {
             if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
         } else {

@@ -364,18 +364,9 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     const int slot = H->slot[il];
     float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
-    const bool fused = be->ops->qk_norm_rope_store &&
-                       be->ops->qk_norm_rope_store(be, st->q, st->k, st->v, n, nh, hp->n_head_kv, hd,
-                                                   &L->q_norm, &L->k_norm, hp->rms_eps, hp->n_rot, st->pos,
-                                                   hp->rope_base, hp->rope, kc, vc, st->kv_row_k,
-                                                   st->kv_row_v);
-    if (!fused) {
-        be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
-        be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
-        be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-        be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
-    }
+    be_qk_norm_rope_store(be, st->q, st->k, st->v, n, nh, hp->n_head_kv, hd, &L->q_norm, &L->k_norm,
+                          hp->rms_eps, hp->n_rot, st->pos, hp->rope_base, hp->rope, kc, vc, st->kv_row_k,
+                          st->kv_row_v);
     be_attention(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v,
                  1.0f / sqrtf((float)hd), st->attn);
     be_sigmoid_mul(be, st->attn, H->gate, n, nh * hd, nh * hd);
@@ -396,11 +387,7 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
         be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (L->recurrent) gdn_layer_forward(m, st, be, il, n);
         else gated_attention(m, st, be, il, n, pos0);
-        if (!be->ops->add_rmsnorm ||
-            !be->ops->add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur)) {
-            be_add(be, st->x, st->tmp, (size_t)n * E);
-            be_rmsnorm(be, st->x, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
-        }
+        be_add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
     }
     if (!logits) return 0; /* an intermediate prompt chunk */
