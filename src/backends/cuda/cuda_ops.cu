@@ -190,6 +190,21 @@ void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, 
 
 /* ---- rope -------------------------------------------------------------------------------------- */
 
+/* Pair i of a head (dims i0, i1) at position pos, rotated with the CPU's angle recipe. Shared by
+ * k_rope and the fused attention-input kernel, so both give the same bits. */
+__device__ __forceinline__ void rope_dims(int i, int half, int neox, int *i0, int *i1) {
+    *i0 = neox ? i : 2 * i;
+    *i1 = neox ? i + half : 2 * i + 1;
+}
+__device__ __forceinline__ void rope_rotate(int i, float pos, float theta_scale, float x0, float x1, float *y0,
+                                            float *y1) {
+    float theta = pos;
+    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
+    const float cs = cosf(theta), sn = sinf(theta);
+    *y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    *y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
 __global__ void k_rope(float *x, int n_tok, int n_head, int head_dim, int n_rot, const int32_t *pos,
                        float theta_scale, int neox) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
@@ -199,14 +214,10 @@ __global__ void k_rope(float *x, int n_tok, int n_head, int head_dim, int n_rot,
     const int i = (int)(idx % half);
     const int64_t th = idx / half;
     const int t = (int)(th / n_head);
-    float theta = (float)pos[t];
-    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
-    const float cs = cosf(theta), sn = sinf(theta);
     float *v = x + th * head_dim;
-    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-    v[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+    int i0, i1;
+    rope_dims(i, half, neox, &i0, &i1);
+    rope_rotate(i, (float)pos[t], theta_scale, v[i0], v[i1], &v[i0], &v[i1]);
 }
 
 void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
@@ -913,13 +924,10 @@ __global__ void __launch_bounds__(32) k_qk_norm_rope_store(float *q, float *k, c
     if (half > 0) {
         const float p0 = (float)pos[t];
         for (int i = lane; i < half; i += 32) {
-            float theta = p0;
-            for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
-            const float cs = cosf(theta), sn = sinf(theta);
-            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            const float x0 = r[i0], x1 = r[i1];
-            const float y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-            const float y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+            int i0, i1;
+            float y0, y1;
+            rope_dims(i, half, neox, &i0, &i1);
+            rope_rotate(i, p0, theta_scale, r[i0], r[i1], &y0, &y1);
             x[i0] = y0;
             x[i1] = y1;
             if (kcr) {
