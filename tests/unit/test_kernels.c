@@ -247,12 +247,16 @@ static void check_encoders(rng *r, kernel_isa isa) {
 
 /* The attention kernel against kernel_attn_ref (bit for bit), and exp_s against expf. */
 static void check_attention(rng *r, kernel_isa isa) {
-    enum { NKV = 300, HD = 128, G = 8 };
+    /* G up to 12: the 512-bit kernel takes heads in groups of 8 and blocks of 4 (and the rest);
+     * n_kv at and around the multiples of 16 and of the tile, then at random */
+    enum { NKV = 300, HD = 256, G = 12 };
     static float q[G * HD], k[NKV * 2 * HD], v[NKV * 2 * HD], ref[G * HD], got[G * HD], work[G * KERNEL_ATTN_TILE];
     kernel_attn_fn fn = kernel_attn();
-    const int hds[] = {8, 16, 64, 128, 48};
-    for (int rep = 0; rep < 40; rep++) {
-        int hd = hds[rep % 5], g = 1 + (int)(rnd(r) % G), n_kv = 1 + (int)(rnd(r) % NKV);
+    const int hds[] = {8, 16, 64, 128, 48, 256};
+    const int nkvs[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 300};
+    for (int rep = 0; rep < 108; rep++) { /* each head size with each listed n_kv, then 36 more */
+        int hd = hds[rep % 6], g = 1 + (int)(rnd(r) % G);
+        int n_kv = rep < 72 ? nkvs[rep / 6] : 1 + (int)(rnd(r) % NKV);
         size_t ks = (size_t)(rep % 2 ? 2 * hd : hd); /* rows of several KV heads or one */
         float mag = rep % 3 == 0 ? 8.0f : 1.0f;
         for (int i = 0; i < g * hd; i++) q[i] = rnd_unit(r) * mag;

@@ -727,82 +727,193 @@ static inline __m512 fold16x16(__m512 *acc) {
     return _mm512_add_ps(_mm512_permutex2var_ps(o[0], l4a, o[1]), _mm512_permutex2var_ps(o[0], l4b, o[1]));
 }
 
-/* hd = 16 * NQ, hd_v = 16 * NV. Tiles outer, heads inner: a tile's keys and values are read
- * from memory once and then served from L1/L2 to every head of the group; each head's output
- * accumulators live in registers for the tile and in out[] between tiles. */
+/* The attention kernel, hd = 16 * NQ and hd_v = 16 * NV, register-blocked over the query heads
+ * of the group: one key or value vector loaded into a register serves up to ATTN_HB heads, so a
+ * tile's keys and values are read from L1/L2 once per block of heads instead of once per head
+ * (one load per FMA had made the kernel bound by the L2, not by the FMAs).
+ *
+ * Bit-identical to kernel_attn_ref (and to the per-head loop this replaced) because only the
+ * interleaving of independent rows changes, never any one row's operations or their order:
+ *  - score: per (head, key) one 16-lane accumulator, acc = fma(q_j, k_j, acc) for j = 0..NQ-1 in
+ *    order, from zero; four keys at a time, then the 16 keys' accumulators folded by fold16x16
+ *    (its lanes never mix keys, so the padding keys of a partial 16-key block, which repeat the
+ *    last real key, touch no real score), times scale;
+ *  - per head and tile exactly the reference's softmax steps (tile max, m, c, l * c, exp_s16);
+ *  - value: per (head, 16-lane chunk) o = o * c, then o = fma(e_p, v_p, o) for the keys in
+ *    order; chunks are independent, so four at a time in separate passes over the keys;
+ *  - l = l + (double)e_p per head in key order (in the first value pass).
+ * Heads in groups of ATTN_GB per pass over the tiles (scores and weights of a tile kept for the
+ * group), blocks of up to ATTN_HB heads inside; each (NQ, NV, H) is a separate always-inlined
+ * instance, so the loops unroll and the accumulators stay in registers. */
+#define ATTN_GB 8
+#define ATTN_HB 4
+#define ATTN_INLINE static inline __attribute__((always_inline))
+#define ATTN_UNROLL _Pragma("GCC unroll 16")
+
+/* sc[h][p] = fl(dot(q_h, k_p) * scale) for the nt keys at k, heads h < H at q + h * q_stride;
+ * mt[h] = their maximum. */
+ATTN_INLINE void attn512_scores(const int NQ, const int H, const float *q, size_t q_stride, const float *k,
+                                size_t k_stride, int nt, float scale, float (*sc)[KERNEL_ATTN_TILE], float *mt) {
+    __m512 acc[ATTN_HB][16], vmax[ATTN_HB];
+    ATTN_UNROLL
+    for (int h = 0; h < H; h++) vmax[h] = _mm512_set1_ps(-INFINITY);
+    for (int p = 0; p < nt; p += 16) {
+        const int kk = nt - p < 16 ? nt - p : 16;
+        ATTN_UNROLL
+        for (int i0 = 0; i0 < 16; i0 += 4) {
+            if (i0 >= kk) {
+                ATTN_UNROLL
+                for (int h = 0; h < H; h++)
+                    ATTN_UNROLL
+                    for (int i = 0; i < 4; i++) acc[h][i0 + i] = _mm512_setzero_ps();
+                continue;
+            }
+            const float *kp[4];
+            ATTN_UNROLL
+            for (int i = 0; i < 4; i++) kp[i] = k + (size_t)(p + (i0 + i < kk ? i0 + i : kk - 1)) * k_stride;
+            __m512 a[ATTN_HB][4];
+            ATTN_UNROLL
+            for (int h = 0; h < H; h++)
+                ATTN_UNROLL
+                for (int i = 0; i < 4; i++) a[h][i] = _mm512_setzero_ps();
+            ATTN_UNROLL
+            for (int j = 0; j < NQ; j++) {
+                __m512 kv[4];
+                ATTN_UNROLL
+                for (int i = 0; i < 4; i++) kv[i] = _mm512_loadu_ps(kp[i] + 16 * j);
+                ATTN_UNROLL
+                for (int h = 0; h < H; h++) {
+                    __m512 qj = _mm512_loadu_ps(q + (size_t)h * q_stride + 16 * j);
+                    ATTN_UNROLL
+                    for (int i = 0; i < 4; i++) a[h][i] = _mm512_fmadd_ps(qj, kv[i], a[h][i]);
+                }
+            }
+            ATTN_UNROLL
+            for (int h = 0; h < H; h++)
+                ATTN_UNROLL
+                for (int i = 0; i < 4; i++) acc[h][i0 + i] = a[h][i];
+        }
+        ATTN_UNROLL
+        for (int h = 0; h < H; h++) {
+            __m512 sv = _mm512_mul_ps(fold16x16(acc[h]), _mm512_set1_ps(scale));
+            _mm512_store_ps(sc[h] + p, sv);
+            vmax[h] = _mm512_mask_max_ps(vmax[h], (__mmask16)((1u << kk) - 1), sv, vmax[h]);
+        }
+    }
+    ATTN_UNROLL
+    for (int h = 0; h < H; h++) mt[h] = _mm512_reduce_max_ps(vmax[h]);
+}
+
+/* o_h = o_h * c[h] + sum_p e[h][p] v_p over the nt values at v (o_h at out + h * out_stride),
+ * l[h] = l[h] + e[h][p] in key order. */
+ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERNEL_ATTN_TILE], const float *v,
+                                size_t v_stride, int nt, const float *c, double *l, float *out, size_t out_stride) {
+    ATTN_UNROLL
+    for (int j0 = 0; j0 < NV; j0 += 4) {
+        const int J = NV - j0 < 4 ? NV - j0 : 4;
+        __m512 o[ATTN_HB][4];
+        double lh[ATTN_HB];
+        ATTN_UNROLL
+        for (int h = 0; h < H; h++) {
+            lh[h] = l[h];
+            ATTN_UNROLL
+            for (int j = 0; j < J; j++)
+                o[h][j] = _mm512_mul_ps(_mm512_loadu_ps(out + (size_t)h * out_stride + 16 * (j0 + j)), _mm512_set1_ps(c[h]));
+        }
+        for (int p = 0; p < nt; p++) {
+            const float *vp = v + (size_t)p * v_stride + 16 * j0;
+            __m512 vv[4];
+            ATTN_UNROLL
+            for (int j = 0; j < J; j++) vv[j] = _mm512_loadu_ps(vp + 16 * j);
+            ATTN_UNROLL
+            for (int h = 0; h < H; h++) {
+                if (j0 == 0) lh[h] = lh[h] + (double)e[h][p];
+                __m512 ve = _mm512_set1_ps(e[h][p]);
+                ATTN_UNROLL
+                for (int j = 0; j < J; j++) o[h][j] = _mm512_fmadd_ps(ve, vv[j], o[h][j]);
+            }
+        }
+        ATTN_UNROLL
+        for (int h = 0; h < H; h++) {
+            if (j0 == 0) l[h] = lh[h];
+            ATTN_UNROLL
+            for (int j = 0; j < J; j++) _mm512_storeu_ps(out + (size_t)h * out_stride + 16 * (j0 + j), o[h][j]);
+        }
+    }
+}
+
+/* Blocks of ATTN_HB heads, then the rest (1..ATTN_HB-1) as its own instance. */
+#define ATTN_BLOCKS(G1, CALL)                                                                              \
+    for (int h0 = 0; h0 < (G1); h0 += ATTN_HB) {                                                           \
+        switch ((G1) - h0 < ATTN_HB ? (G1) - h0 : ATTN_HB) {                                               \
+        case 4: CALL(4); break;                                                                            \
+        case 3: CALL(3); break;                                                                            \
+        case 2: CALL(2); break;                                                                            \
+        default: CALL(1); break;                                                                           \
+        }                                                                                                  \
+    }
+
+ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_stride, int G, const float *k,
+                         size_t k_stride, const float *v, size_t v_stride, int n_kv, float scale, float *out,
+                         size_t out_stride) {
+    float m[ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
+    double l[ATTN_GB];
+    _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
+    for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
+        const int G1 = G - g0 < ATTN_GB ? G - g0 : ATTN_GB;
+        const float *qg = q + (size_t)g0 * q_stride;
+        float *og = out + (size_t)g0 * out_stride;
+        for (int g = 0; g < G1; g++) {
+            m[g] = -INFINITY;
+            l[g] = 0.0;
+            for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + (size_t)g * out_stride + 16 * j, _mm512_setzero_ps());
+        }
+        for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {
+            const int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;
+            const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
+            ATTN_BLOCKS(G1, ATTN_SCORES)
+#undef ATTN_SCORES
+            for (int g = 0; g < G1; g++) {
+                float mn = m[g] > mt[g] ? m[g] : mt[g];
+                c[g] = kernel_exp_s(m[g] - mn);
+                l[g] = l[g] * (double)c[g];
+                m[g] = mn;
+                __m512 vm = _mm512_set1_ps(mn);
+                for (int p = 0; p < nt; p += 16)
+                    _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
+                                                  _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
+            }
+#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride)
+            ATTN_BLOCKS(G1, ATTN_VALUES)
+#undef ATTN_VALUES
+        }
+        for (int g = 0; g < G1; g++) {
+            __m512 inv = _mm512_set1_ps((float)(1.0 / l[g]));
+            float *o = og + (size_t)g * out_stride;
+            for (int j = 0; j < NV; j++) _mm512_storeu_ps(o + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(o + 16 * j), inv));
+        }
+    }
+}
+
 #define ATTN512(NAME, NQ, NV)                                                                              \
     static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v, \
-                     size_t v_stride, int n_kv, float scale, float *out, size_t out_stride, float *work) {   \
-        (void)work;                                                                                         \
-        float m[64];                                                                                        \
-        double l[64];                                                                                       \
-        _Alignas(64) float sc[KERNEL_ATTN_TILE], e[KERNEL_ATTN_TILE];                                       \
-        for (int g0 = 0; g0 < G; g0 += 64) {                                                                \
-            int G1 = G - g0 < 64 ? G - g0 : 64;                                                             \
-            for (int g = 0; g < G1; g++) {                                                                  \
-                m[g] = -INFINITY;                                                                           \
-                l[g] = 0.0;                                                                                 \
-                for (int j = 0; j < NV; j++) _mm512_storeu_ps(out + (size_t)(g0 + g) * out_stride + 16 * j, _mm512_setzero_ps()); \
-            }                                                                                               \
-            for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {                                           \
-                int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;                       \
-                for (int g = 0; g < G1; g++) {                                                              \
-                    const float *qg = q + (size_t)(g0 + g) * q_stride;                                      \
-                    float *og = out + (size_t)(g0 + g) * out_stride;                                        \
-                    __m512 qv[NQ], o[NV];                                                                   \
-                    for (int j = 0; j < NQ; j++) qv[j] = _mm512_loadu_ps(qg + 16 * j);                      \
-                    __m512 vmax = _mm512_set1_ps(-INFINITY);                                                \
-                    for (int p = 0; p < nt; p += 16) { /* 16 keys, folded together */                       \
-                        int kk = nt - p < 16 ? nt - p : 16;                                                 \
-                        __m512 acc[16];                                                                     \
-                        for (int i = 0; i < 16; i++) {                                                      \
-                            acc[i] = _mm512_setzero_ps();                                                   \
-                            if (i >= kk) continue;                                                          \
-                            const float *kp = k + (size_t)(p0 + p + i) * k_stride;                          \
-                            for (int j = 0; j < NQ; j++) acc[i] = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kp + 16 * j), acc[i]); \
-                        }                                                                                   \
-                        __m512 sv = _mm512_mul_ps(fold16x16(acc), _mm512_set1_ps(scale));                   \
-                        _mm512_store_ps(sc + p, sv);                                                        \
-                        vmax = _mm512_mask_max_ps(vmax, (__mmask16)((1u << kk) - 1), sv, vmax);              \
-                    }                                                                                       \
-                    float mt = _mm512_reduce_max_ps(vmax);                                                  \
-                    float mn = m[g] > mt ? m[g] : mt;                                                       \
-                    float c = kernel_exp_s(m[g] - mn);                                                      \
-                    l[g] = l[g] * (double)c;                                                                \
-                    __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(mn);                                 \
-                    for (int j = 0; j < NV; j++) o[j] = _mm512_mul_ps(_mm512_loadu_ps(og + 16 * j), vc);   \
-                    for (int p = 0; p < nt; p += 16)                                                        \
-                        _mm512_store_ps(e + p, exp_s16(_mm512_sub_ps(_mm512_maskz_loadu_ps(                 \
-                                                           (__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc + p), vm))); \
-                    double lg = l[g];                                                                       \
-                    for (int p = 0; p < nt; p++) {                                                          \
-                        lg = lg + (double)e[p];                                                             \
-                        const float *vp = v + (size_t)(p0 + p) * v_stride;                                  \
-                        __m512 ve = _mm512_set1_ps(e[p]);                                                   \
-                        for (int j = 0; j < NV; j++) o[j] = _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + 16 * j), o[j]); \
-                    }                                                                                       \
-                    l[g] = lg;                                                                              \
-                    m[g] = mn;                                                                              \
-                    for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + 16 * j, o[j]);                       \
-                }                                                                                           \
-            }                                                                                               \
-            for (int g = 0; g < G1; g++) {                                                                  \
-                __m512 inv = _mm512_set1_ps((float)(1.0 / l[g]));                                           \
-                float *og = out + (size_t)(g0 + g) * out_stride;                                            \
-                for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(og + 16 * j), inv)); \
-            }                                                                                               \
-        }                                                                                                   \
+                     size_t v_stride, int n_kv, float scale, float *out, size_t out_stride) {               \
+        attn512(NQ, NV, q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);            \
     }
 ATTN512(attn512_64, 4, 4)
 ATTN512(attn512_128, 8, 8)
+ATTN512(attn512_256, 16, 16)
 
 static void attn_avx512(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
                         size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
                         float *work) {
     if (hd == 128 && hd_v == 128)
-        attn512_128(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride, work);
+        attn512_128(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
+    else if (hd == 256 && hd_v == 256)
+        attn512_256(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
     else if (hd == 64 && hd_v == 64)
-        attn512_64(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride, work);
+        attn512_64(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
     else
         attn_x86(q, q_stride, G, k, k_stride, v, v_stride, n_kv, hd, hd_v, scale, out, out_stride, work);
 }
