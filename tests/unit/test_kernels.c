@@ -245,6 +245,42 @@ static void check_encoders(rng *r, kernel_isa isa) {
     }
 }
 
+/* kernel_attn_tokens: T consecutive tokens (rows of a token padded apart, as in a batch),
+ * token i against kernel_attn_ref with n_kv + i keys, bit for bit. T up to 11: the 512-bit kernel
+ * takes tokens in blocks of 8, so the blocks and their remainders; tokens whose last tile is
+ * partial, full or starts a new tile. */
+static void check_attention_tokens(rng *r, kernel_isa isa) {
+    enum { NKV = 200, HD = 256, G = 12, T = 11 };
+    static float q[T * (G * HD + 16)], out[T * (G * HD + 16)], k[(NKV + T) * 2 * HD], v[(NKV + T) * 2 * HD],
+        ref[G * HD], work[G * KERNEL_ATTN_TILE];
+    kernel_attn_tokens_fn fn = kernel_attn_tokens();
+    const int hds[] = {64, 128, 256, 48, 16};
+    const int nkvs[] = {1, 16, 57, 60, 64, 120, 128, 129};
+    for (int rep = 0; rep < 60; rep++) {
+        int hd = hds[rep % 5], g = 1 + (int)(rnd(r) % G), tn = 1 + (int)(rnd(r) % T);
+        int n_kv = rep < 40 ? nkvs[rep / 5] : 1 + (int)(rnd(r) % NKV);
+        size_t ks = (size_t)(rep % 2 ? 2 * hd : hd), tok = (size_t)g * hd + (size_t)(rep % 3) * 16;
+        for (size_t i = 0; i < (size_t)tn * tok; i++) q[i] = rnd_unit(r) * (rep % 4 == 0 ? 8.0f : 1.0f);
+        for (size_t i = 0; i < (size_t)(n_kv + tn) * ks; i++) {
+            k[i] = rnd_unit(r);
+            v[i] = rnd_unit(r);
+        }
+        float scale = 1.0f / sqrtf((float)hd);
+        fn(q, tok, (size_t)hd, g, tn, k, ks, v, ks, n_kv, hd, hd, scale, out, tok, (size_t)hd, work);
+        CHECK_CLEAN(isa, "attention_tokens", "");
+        for (int t = 0; t < tn; t++) {
+            kernel_attn_ref(q + (size_t)t * tok, (size_t)hd, g, k, ks, v, ks, n_kv + t, hd, hd, scale, ref,
+                            (size_t)hd, work);
+            n_checks++;
+            int bad = -1;
+            for (int i = 0; i < g * hd && bad < 0; i++)
+                if (fbits(ref[i]) != fbits(out[(size_t)t * tok + (size_t)i])) bad = i;
+            CHECKF(bad < 0, "%s attention_tokens hd=%d G=%d T=%d n_kv=%d token %d: element %d differs",
+                   kernel_isa_name(isa), hd, g, tn, n_kv, t, bad);
+        }
+    }
+}
+
 /* The attention kernel against kernel_attn_ref (bit for bit), and exp_s against expf. */
 static void check_attention(rng *r, kernel_isa isa) {
     /* G up to 12: the 512-bit kernel takes heads in groups of 8 and blocks of 4 (and the rest);
@@ -275,6 +311,7 @@ static void check_attention(rng *r, kernel_isa isa) {
         CHECKF(bad < 0, "%s attention hd=%d G=%d n_kv=%d: element %d %.9g vs %.9g", kernel_isa_name(isa), hd, g,
                n_kv, bad, bad >= 0 ? got[bad] : 0.0f, bad >= 0 ? ref[bad] : 0.0f);
     }
+    check_attention_tokens(r, isa);
     double worst = 0.0;
     for (float x = -87.0f; x <= 0.0f; x += 0.001f) {
         double e = fabs((double)kernel_exp_s(x) - exp((double)x)) / exp((double)x);

@@ -140,6 +140,20 @@ kernel_attn_fn kernel_attn(void) {
     return sets[cur_isa].attn;
 }
 
+static void attn_tokens_loop(const float *q, size_t q_tok_stride, size_t q_stride, int G, int T, const float *k,
+                             size_t k_stride, const float *v, size_t v_stride, int n_kv, int hd, int hd_v,
+                             float scale, float *out, size_t out_tok_stride, size_t out_stride, float *work) {
+    kernel_attn_fn fn = kernel_attn();
+    for (int i = 0; i < T; i++)
+        fn(q + (size_t)i * q_tok_stride, q_stride, G, k, k_stride, v, v_stride, n_kv + i, hd, hd_v, scale,
+           out + (size_t)i * out_tok_stride, out_stride, work);
+}
+
+kernel_attn_tokens_fn kernel_attn_tokens(void) {
+    ensure_init();
+    return sets[cur_isa].attn_tokens ? sets[cur_isa].attn_tokens : attn_tokens_loop;
+}
+
 /* ---- attention: the one algorithm (see kernels.h); SIMD versions must match it bit for bit */
 
 float kernel_exp_s(float x) {

@@ -68,6 +68,18 @@ void kernel_attn_ref(const float *q, size_t q_stride, int G, const float *k, siz
  * polynomial in Horner form (separate multiplies and adds), scaled by 2^n; 0 below -87. */
 float kernel_exp_s(float x);
 kernel_attn_fn kernel_attn(void);
+/* The same attention for T consecutive query positions sharing one KV head (prefill): token i
+ * (0 <= i < T) has its G query rows at q + i * q_tok_stride (rows q_stride apart), sees cache
+ * positions 0..n_kv+i-1 and writes its rows at out + i * out_tok_stride (out_stride apart). Every
+ * row gets exactly the bits kernel_attn gives it for its own token: only the interleaving of rows
+ * differs, so that a level's own version reads each tile of keys and values once for the T
+ * tokens. kernel_attn_tokens() returns a loop over kernel_attn() where the level has none.
+ * work: G * KERNEL_ATTN_TILE floats. */
+typedef void (*kernel_attn_tokens_fn)(const float *q, size_t q_tok_stride, size_t q_stride, int G, int T,
+                                      const float *k, size_t k_stride, const float *v, size_t v_stride, int n_kv,
+                                      int hd, int hd_v, float scale, float *out, size_t out_tok_stride,
+                                      size_t out_stride, float *work);
+kernel_attn_tokens_fn kernel_attn_tokens(void);
 
 /* Gated DeltaNet state-row passes (ops_ssm.c), each summing in kernel_dot_f32's order:
  *   decay_dot:  s[i] *= a, returns sum s[i] * k[i]
@@ -84,6 +96,7 @@ float kernel_dot_f32_ref(int64_t n, const float *a, const float *b);
 /* The functions of one instruction-set level; NULL entries fall back to the level below. */
 typedef struct kernel_set {
     kernel_attn_fn attn;
+    kernel_attn_tokens_fn attn_tokens; /* NULL: kernel_attn_tokens() loops over attn */
     float (*dot_f32)(int64_t n, const float *a, const float *b); /* kernel_dot_f32 */
     kernel_decay_dot_fn decay_dot;
     kernel_update_dot_fn update_dot;

@@ -744,9 +744,14 @@ static inline __m512 fold16x16(__m512 *acc) {
  *  - l = l + (double)e_p per head in key order (in the first value pass).
  * Heads in groups of ATTN_GB per pass over the tiles (scores and weights of a tile kept for the
  * group), blocks of up to ATTN_HB heads inside; each (NQ, NV, H) is a separate always-inlined
- * instance, so the loops unroll and the accumulators stay in registers. */
+ * instance, so the loops unroll and the accumulators stay in registers. kernel_attn_tokens: up
+ * to ATTN_TB tokens per pass, each tile done for every token (with its own key count and its
+ * rows' own m, l and outputs) before the next, so the tile is read from memory once per block;
+ * a KV head's rows are 512-2048 bytes into rows n_head_kv times longer, which map to a fraction
+ * of the L1/L2 sets, so without this every token streamed its keys from L3. */
 #define ATTN_GB 8
 #define ATTN_HB 4
+#define ATTN_TB 8
 #define ATTN_INLINE static inline __attribute__((always_inline))
 #define ATTN_UNROLL _Pragma("GCC unroll 16")
 
@@ -853,74 +858,96 @@ ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERN
         }                                                                                                  \
     }
 
-ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_stride, int G, const float *k,
-                         size_t k_stride, const float *v, size_t v_stride, int n_kv, float scale, float *out,
-                         size_t out_stride) {
-    float m[ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
-    double l[ATTN_GB];
+ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_tok_stride, size_t q_stride, int G,
+                         int T, const float *k, size_t k_stride, const float *v, size_t v_stride, int n_kv,
+                         float scale, float *out, size_t out_tok_stride, size_t out_stride) {
+    float m[ATTN_TB][ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
+    double l[ATTN_TB][ATTN_GB];
     _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
-    for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
-        const int G1 = G - g0 < ATTN_GB ? G - g0 : ATTN_GB;
-        const float *qg = q + (size_t)g0 * q_stride;
-        float *og = out + (size_t)g0 * out_stride;
-        for (int g = 0; g < G1; g++) {
-            m[g] = -INFINITY;
-            l[g] = 0.0;
-            for (int j = 0; j < NV; j++) _mm512_storeu_ps(og + (size_t)g * out_stride + 16 * j, _mm512_setzero_ps());
-        }
-        for (int p0 = 0; p0 < n_kv; p0 += KERNEL_ATTN_TILE) {
-            const int nt = n_kv - p0 < KERNEL_ATTN_TILE ? n_kv - p0 : KERNEL_ATTN_TILE;
-            const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+    for (int t0 = 0; t0 < T; t0 += ATTN_TB) {
+        const int T1 = T - t0 < ATTN_TB ? T - t0 : ATTN_TB;
+        for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
+            const int G1 = G - g0 < ATTN_GB ? G - g0 : ATTN_GB;
+            for (int t = 0; t < T1; t++)
+                for (int g = 0; g < G1; g++) {
+                    m[t][g] = -INFINITY;
+                    l[t][g] = 0.0;
+                    float *o = out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride;
+                    for (int j = 0; j < NV; j++) _mm512_storeu_ps(o + 16 * j, _mm512_setzero_ps());
+                }
+            const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
+            for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
+                const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+                for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
+                    const int n_t = n_kv + t0 + t;
+                    if (p0 >= n_t) continue;
+                    const int nt = n_t - p0 < KERNEL_ATTN_TILE ? n_t - p0 : KERNEL_ATTN_TILE;
+                    const float *qg = q + (size_t)(t0 + t) * q_tok_stride + (size_t)g0 * q_stride;
+                    float *og = out + (size_t)(t0 + t) * out_tok_stride + (size_t)g0 * out_stride;
 #define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
-            ATTN_BLOCKS(G1, ATTN_SCORES)
+                    ATTN_BLOCKS(G1, ATTN_SCORES)
 #undef ATTN_SCORES
-            for (int g = 0; g < G1; g++) {
-                float mn = m[g] > mt[g] ? m[g] : mt[g];
-                c[g] = kernel_exp_s(m[g] - mn);
-                l[g] = l[g] * (double)c[g];
-                m[g] = mn;
-                __m512 vm = _mm512_set1_ps(mn);
-                for (int p = 0; p < nt; p += 16)
-                    _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
-                                                  _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
-            }
-#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride)
-            ATTN_BLOCKS(G1, ATTN_VALUES)
+                    for (int g = 0; g < G1; g++) {
+                        float mn = m[t][g] > mt[g] ? m[t][g] : mt[g];
+                        c[g] = kernel_exp_s(m[t][g] - mn);
+                        l[t][g] = l[t][g] * (double)c[g];
+                        m[t][g] = mn;
+                        __m512 vm = _mm512_set1_ps(mn);
+                        for (int p = 0; p < nt; p += 16)
+                            _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
+                                                          _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
+                    }
+#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
+                    ATTN_BLOCKS(G1, ATTN_VALUES)
 #undef ATTN_VALUES
-        }
-        for (int g = 0; g < G1; g++) {
-            __m512 inv = _mm512_set1_ps((float)(1.0 / l[g]));
-            float *o = og + (size_t)g * out_stride;
-            for (int j = 0; j < NV; j++) _mm512_storeu_ps(o + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(o + 16 * j), inv));
+                }
+            }
+            for (int t = 0; t < T1; t++)
+                for (int g = 0; g < G1; g++) {
+                    __m512 inv = _mm512_set1_ps((float)(1.0 / l[t][g]));
+                    float *o = out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride;
+                    for (int j = 0; j < NV; j++) _mm512_storeu_ps(o + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(o + 16 * j), inv));
+                }
         }
     }
 }
 
 #define ATTN512(NAME, NQ, NV)                                                                              \
-    static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v, \
-                     size_t v_stride, int n_kv, float scale, float *out, size_t out_stride) {               \
-        attn512(NQ, NV, q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);            \
+    static void NAME(const float *q, size_t q_tok_stride, size_t q_stride, int G, int T, const float *k,     \
+                     size_t k_stride, const float *v, size_t v_stride, int n_kv, float scale, float *out,    \
+                     size_t out_tok_stride, size_t out_stride) {                                            \
+        attn512(NQ, NV, q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out,        \
+                out_tok_stride, out_stride);                                                                \
     }
 ATTN512(attn512_64, 4, 4)
 ATTN512(attn512_128, 8, 8)
 ATTN512(attn512_256, 16, 16)
 
+static void attn_tokens_avx512(const float *q, size_t q_tok_stride, size_t q_stride, int G, int T, const float *k,
+                               size_t k_stride, const float *v, size_t v_stride, int n_kv, int hd, int hd_v,
+                               float scale, float *out, size_t out_tok_stride, size_t out_stride, float *work) {
+    if (hd == 128 && hd_v == 128)
+        attn512_128(q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out, out_tok_stride, out_stride);
+    else if (hd == 256 && hd_v == 256)
+        attn512_256(q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out, out_tok_stride, out_stride);
+    else if (hd == 64 && hd_v == 64)
+        attn512_64(q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out, out_tok_stride, out_stride);
+    else
+        for (int i = 0; i < T; i++)
+            attn_x86(q + (size_t)i * q_tok_stride, q_stride, G, k, k_stride, v, v_stride, n_kv + i, hd, hd_v, scale,
+                     out + (size_t)i * out_tok_stride, out_stride, work);
+}
+
 static void attn_avx512(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
                         size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
                         float *work) {
-    if (hd == 128 && hd_v == 128)
-        attn512_128(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
-    else if (hd == 256 && hd_v == 256)
-        attn512_256(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
-    else if (hd == 64 && hd_v == 64)
-        attn512_64(q, q_stride, G, k, k_stride, v, v_stride, n_kv, scale, out, out_stride);
-    else
-        attn_x86(q, q_stride, G, k, k_stride, v, v_stride, n_kv, hd, hd_v, scale, out, out_stride, work);
+    attn_tokens_avx512(q, 0, q_stride, G, 1, k, k_stride, v, v_stride, n_kv, hd, hd_v, scale, out, 0, out_stride, work);
 }
 
 void kernels_register_avx512(kernel_set *ks) {
     kx_register_common(ks); /* the 256-bit kernels, then the 512-bit ones over them */
     ks->attn = attn_avx512;
+    ks->attn_tokens = attn_tokens_avx512;
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k8;

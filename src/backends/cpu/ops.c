@@ -334,16 +334,19 @@ static void cpu_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-/* Work items are (token, KV head) pairs: the query heads sharing a KV head are done together,
- * so each key and value row is read once for the group (kernels.h defines the algorithm, a
- * tiled online softmax that is the same for every context length and thread count). */
+/* Work items are (block of up to ATTN_TOKENS consecutive tokens, KV head) pairs: the query heads
+ * sharing a KV head are done together, and the tokens of a block together, so each tile of key
+ * and value rows is read from memory once for the group and the block (kernels.h defines the
+ * algorithm, a tiled online softmax that is the same for every context length, block and thread
+ * count: each row's bits do not depend on the blocking). */
+#define ATTN_TOKENS 8
 typedef struct attn_job {
     const float *q, *kc, *vc;
     int n, pos0, n_head, n_head_kv, hd, hd_v;
     float scale;
     float *out;
     float *work; /* per thread: group * KERNEL_ATTN_TILE floats */
-    kernel_attn_fn fn;
+    kernel_attn_tokens_fn fn;
 } attn_job;
 
 static void attn_task(void *ctx, int ith, int nth) {
@@ -351,13 +354,16 @@ static void attn_task(void *ctx, int ith, int nth) {
     const int group = j->n_head / j->n_head_kv;
     float *work = j->work + (size_t)ith * (size_t)group * KERNEL_ATTN_TILE;
     const size_t krow = (size_t)j->n_head_kv * j->hd, vrow = (size_t)j->n_head_kv * j->hd_v;
-    /* items round-robin: a later token sees more keys (causal), so contiguous shares would
+    const int64_t blocks = (j->n + ATTN_TOKENS - 1) / ATTN_TOKENS;
+    /* items round-robin: a later block sees more keys (causal), so contiguous shares would
      * leave the last thread with most of the work */
-    for (int64_t item = ith; item < (int64_t)j->n * j->n_head_kv; item += nth) {
-        int t = (int)(item / j->n_head_kv), kvh = (int)(item % j->n_head_kv), h0 = kvh * group;
-        j->fn(j->q + ((size_t)t * j->n_head + h0) * j->hd, (size_t)j->hd, group,
-              j->kc + (size_t)kvh * j->hd, krow, j->vc + (size_t)kvh * j->hd_v, vrow, j->pos0 + t + 1,
-              j->hd, j->hd_v, j->scale, j->out + ((size_t)t * j->n_head + h0) * j->hd_v, (size_t)j->hd_v, work);
+    for (int64_t item = ith; item < blocks * j->n_head_kv; item += nth) {
+        int t = (int)(item / j->n_head_kv) * ATTN_TOKENS, kvh = (int)(item % j->n_head_kv), h0 = kvh * group;
+        int T = j->n - t < ATTN_TOKENS ? j->n - t : ATTN_TOKENS;
+        j->fn(j->q + ((size_t)t * j->n_head + h0) * j->hd, (size_t)j->n_head * j->hd, (size_t)j->hd, group, T,
+              j->kc + (size_t)kvh * j->hd, krow, j->vc + (size_t)kvh * j->hd_v, vrow, j->pos0 + t + 1, j->hd,
+              j->hd_v, j->scale, j->out + ((size_t)t * j->n_head + h0) * j->hd_v, (size_t)j->n_head * j->hd_v,
+              (size_t)j->hd_v, work);
     }
 }
 
@@ -365,7 +371,7 @@ static void cpu_attention(backend *b, const float *q, const float *kc, const flo
                           int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
                           float *out) {
     cpu_backend *c = (cpu_backend *)b;
-    attn_job j = {q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd_v, scale, out, NULL, kernel_attn()};
+    attn_job j = {q, kc, vc, n, pos0, n_head, n_head_kv, hd, hd_v, scale, out, NULL, kernel_attn_tokens()};
     j.work = scratch(c, sizeof(float) * (size_t)(n_head / n_head_kv) * KERNEL_ATTN_TILE *
                             (size_t)threadpool_size(c->pool));
     threadpool_run(c->pool, attn_task, &j);
