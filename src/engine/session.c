@@ -86,9 +86,19 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
     return s;
 }
 
+/* The graph key of the session's decode step: the session, and whether the step downloads
+ * its routing (a graph captured without the download must not serve a step that needs it);
+ * sessions are malloc-aligned, so the low bit is free. */
+static uint64_t decode_graph_key(const sluice_session *s, bool routes) {
+    return (uint64_t)(uintptr_t)s | (routes ? 1u : 0u);
+}
+
 void sluice_session_free(sluice_session *s) {
     if (!s) return;
-    if (s->be && s->be->ops->graph_drop) s->be->ops->graph_drop(s->be, (uint64_t)(uintptr_t)s);
+    if (s->be && s->be->ops->graph_drop) {
+        s->be->ops->graph_drop(s->be, decode_graph_key(s, false));
+        s->be->ops->graph_drop(s->be, decode_graph_key(s, true));
+    }
     if (s->st) s->m->arch->state_free(s->st);
     if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
@@ -100,6 +110,14 @@ void sluice_session_free(sluice_session *s) {
 /* One forward pass. A decode step (one token, last logits only) on a backend with CUDA graphs
  * replays the graph captured for it, or captures it: the pass must then need nothing from the
  * host (moe_host_free), since a replay does not run the model code. */
+/* The model's pass, ending with the download of its routing when someone wants it. */
+static int forward_pass(sluice_session *s, const int32_t *tokens, int n, float *out, bool all_logits) {
+    const sluice_model *m = s->m;
+    int rc = m->arch->forward(m, s->st, s->be, tokens, n, s->pos, out, all_logits);
+    if (rc == 0 && m->experts) rc = moe_step_collect(m, s->st, n);
+    return rc;
+}
+
 static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float *out,
                          bool all_logits) {
     const sluice_model *m = s->m;
@@ -108,20 +126,20 @@ static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float 
                        !all_logits && moe_host_free(m, s->st, be);
     int rc;
     if (graph) {
-        const uint64_t key = (uint64_t)(uintptr_t)s; /* the session's decode step */
+        const uint64_t key = decode_graph_key(s, m->experts && moe_step_collects(m, s->st, n));
         if (be->ops->graph_replay(be, key, tokens, n, s->pos)) {
             rc = 0;
         } else {
             be->ops->capture_begin(be, key);
-            rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+            rc = forward_pass(s, tokens, n, out, all_logits);
             const int ce = be->ops->capture_end(be, rc == 0);
             if (ce == 1) /* only recorded, and not capturable: run it for real */
-                rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+                rc = forward_pass(s, tokens, n, out, all_logits);
             else if (ce != 0)
                 rc = -1;
         }
     } else {
-        rc = m->arch->forward(m, s->st, be, tokens, n, s->pos, out, all_logits);
+        rc = forward_pass(s, tokens, n, out, all_logits);
     }
     if (rc == 0 && m->experts) rc = moe_step_end(m, s->st, n, s->pos);
     return rc;

@@ -40,10 +40,9 @@ struct moe_scratch {
     float *look_w;
     int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
-    int32_t *step_ids; /* moe_step_end: all layers' ids of a pass (backend memory) */
-    float *step_w;     /* and their weights (route callback) */
-    int32_t *step_h;   /* both on the host */
-    float *step_wh;
+    int32_t *step_ids; /* moe_step_collect: all layers' ids of a pass, then (route callback)
+                        * their weights' bits (backend memory) */
+    int32_t *step_h;   /* the same on the host (moe_step_end reads it) */
 };
 
 void moe_state_release(model_state *st) {
@@ -60,9 +59,7 @@ void moe_state_release(model_state *st) {
     state_release(st->be, x->look_ids);
     state_release(st->be, x->look_w);
     state_release(st->be, x->step_ids);
-    state_release(st->be, x->step_w);
     free(x->step_h);
-    free(x->step_wh);
     free(x->pred);
     free(x);
     st->moe_extra = NULL;
@@ -173,6 +170,9 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, wts);
     const bool table = be_has_expert_table(be) && m->experts->device_table;
     const bool prep = table && layer_prep(m, n);
+    /* every expert resident on the device: its table entries are final now, so the device may
+     * start fetching the routed experts' weights while the shared expert runs */
+    if (table && !m->experts->streaming) be_moe_prefetch(be, il, ids, n, k);
     const bool look = m->experts->streaming && !m->params.no_prefetch && (!table || prep);
     /* a device backend routes for the lookahead now, so the host waits once for both routings;
      * the CPU computes it after the demand reads are issued */
@@ -271,39 +271,51 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     return 0;
 }
 
-int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0) {
-    expert_store *s = m->experts;
-    if (!s || !st->moe_extra || !be_has_expert_table(st->be) || !s->device_table || layer_prep(m, n))
-        return 0; /* the layers saw their routing on the host already */
-    const bool observe = s->ops->observe && s->streaming;
-    if (!observe && !st->route_fn) return 0;
-    const hparams *hp = &m->hp;
-    const int k = hp->n_expert_used, L = hp->n_layer;
+/* Who needs a pass's routing after it: the route callback, and a streaming store's observer. */
+static bool step_routes_wanted(const sluice_model *m, const model_state *st, int n) {
+    const expert_store *s = m->experts;
+    if (!s || !be_has_expert_table(st->be) || !s->device_table || layer_prep(m, n))
+        return false; /* the layers saw their routing on the host already */
+    return st->route_fn || (s->ops->observe && s->streaming);
+}
+
+bool moe_step_collects(const sluice_model *m, const model_state *st, int n) {
+    return step_routes_wanted(m, st, n);
+}
+
+int moe_step_collect(const sluice_model *m, model_state *st, int n) {
+    if (!step_routes_wanted(m, st, n) || !st->moe_extra) return 0;
+    const int k = m->hp.n_expert_used, L = m->hp.n_layer;
     struct moe_scratch *xs = st->moe_extra;
     backend *be = st->be;
     const size_t cap = (size_t)L * st->n_batch * k;
-    if (!xs->step_ids) { /* every layer's routing side by side: one download per step */
-        xs->step_ids = state_alloc(be, cap * sizeof(int32_t));
-        xs->step_w = state_alloc(be, cap * sizeof(float));
-        xs->step_h = malloc(cap * sizeof(int32_t));
-        xs->step_wh = malloc(cap * sizeof(float));
-        if (!xs->step_ids || !xs->step_w || !xs->step_h || !xs->step_wh) return -1;
+    if (!xs->step_ids) { /* every layer's ids, then their weights: one download per pass */
+        xs->step_ids = state_alloc(be, 2 * cap * sizeof(int32_t));
+        xs->step_h = malloc(2 * cap * sizeof(int32_t));
+        if (!xs->step_ids || !xs->step_h) return -1;
     }
-    const size_t nk = (size_t)n * k, stride = (size_t)st->n_batch * k;
+    const size_t nk = (size_t)n * k, stride = (size_t)st->n_batch * k, all = (size_t)L * nk;
     /* 4-byte rows: int32 ids moved as floats keep their bits */
     be_copy_rows(be, (float *)xs->step_ids, nk, (const float *)st->moe_ids, stride, L, (int)nk);
-    be_download(be, xs->step_h, xs->step_ids, (size_t)L * nk * sizeof(int32_t));
-    if (st->route_fn) {
-        be_copy_rows(be, xs->step_w, nk, st->moe_w, stride, L, (int)nk);
-        be_download(be, xs->step_wh, xs->step_w, (size_t)L * nk * sizeof(float));
-    }
+    if (st->route_fn) be_copy_rows(be, (float *)(xs->step_ids + all), nk, st->moe_w, stride, L, (int)nk);
+    be_download(be, xs->step_h, xs->step_ids, (st->route_fn ? 2 : 1) * all * sizeof(int32_t));
+    return 0;
+}
+
+int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0) {
+    if (!step_routes_wanted(m, st, n) || !st->moe_extra || !st->moe_extra->step_h) return 0;
+    expert_store *s = m->experts;
+    const bool observe = s->ops->observe && s->streaming;
+    const int k = m->hp.n_expert_used, L = m->hp.n_layer;
+    const struct moe_scratch *xs = st->moe_extra;
+    const size_t nk = (size_t)n * k, all = (size_t)L * nk;
+    const float *wh = (const float *)(xs->step_h + all);
     for (int il = 0; il < L; il++) {
         if (!m->layers[il].ffn_gate_inp.data || !m->layout.layers[il].present) continue;
         const int32_t *ih = xs->step_h + (size_t)il * nk;
         if (st->route_fn)
             for (int t = 0; t < n; t++)
-                st->route_fn(st->route_ctx, il, pos0 + t, k, ih + (size_t)t * k,
-                             xs->step_wh + (size_t)il * nk + (size_t)t * k);
+                st->route_fn(st->route_ctx, il, pos0 + t, k, ih + (size_t)t * k, wh + (size_t)il * nk + (size_t)t * k);
         if (observe && s->ops->observe(s, il, ih, (int)nk) != 0) return -1;
     }
     return 0;

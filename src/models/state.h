@@ -75,9 +75,14 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
  * whole pass as a graph and replay it. */
 bool moe_host_free(const sluice_model *m, const model_state *st, const backend *be);
 
-/* After a forward pass of n tokens at pos0 that ran without the host in its MoE layers (the
- * expert table): hand every layer's routing to the route callback and to the expert store's
- * observer (a zero-copy cache promotes hot experts between steps). 0 or -1. */
+/* A forward pass of n tokens whose MoE layers ran without the host (the expert table) leaves
+ * its routing on the device. When the route callback or the expert store's observer (a
+ * zero-copy cache promotes hot experts between steps) wants it (moe_step_collects), the pass
+ * ends with moe_step_collect, which queues one download of every layer's routing: inside a
+ * captured decode pass it becomes part of the graph. After the pass, moe_step_end hands the
+ * routing to both. 0 or -1. */
+bool moe_step_collects(const sluice_model *m, const model_state *st, int n);
+int moe_step_collect(const sluice_model *m, model_state *st, int n);
 int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0);
 
 #endif

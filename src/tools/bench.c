@@ -139,6 +139,7 @@ typedef struct route_obs {
 static void observe_route(void *ctx, int layer, int pos, int k, const int32_t *experts,
                           const float *weights) {
     route_obs *o = ctx;
+    if (!o->seen) return; /* a warmup run */
     for (int i = 0; i < k; i++) {
         uint8_t *f = &o->seen[(size_t)layer * o->n_expert + experts[i]];
         o->distinct += !*f;
@@ -185,13 +186,17 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     sluice_model_info info;
     sluice_model_get_info(c->m, &info);
     route_obs obs = {.tw = c->tw, .n_expert = info.n_expert};
-    if (measured && info.n_expert > 0) {
-        obs.seen = calloc((size_t)info.n_layer * (size_t)info.n_expert, 1);
-        if (!obs.seen) {
-            snprintf(err, en, "out of memory");
-            goto done;
+    if (info.n_expert > 0) {
+        if (measured) {
+            obs.seen = calloc((size_t)info.n_layer * (size_t)info.n_expert, 1);
+            if (!obs.seen) {
+                snprintf(err, en, "out of memory");
+                goto done;
+            }
+            if (c->tw) trace_writer_set_seq(c->tw, seq);
         }
-        if (c->tw) trace_writer_set_seq(c->tw, seq);
+        /* the warmup observes too (and ignores what it sees): a GPU session's decode graph
+         * then downloads the routing already when the warmup captures it */
         sluice_session_set_route_callback(s, observe_route, &obs);
     }
     sluice_expert_stats st0, st1, st2;
