@@ -254,7 +254,11 @@ if has prof; then
   fi
   if [ -n "${NCU:-1}" ] && command -v ncu >/dev/null; then
     # prompt of 1 token, 3 decode steps, eager: every kernel of 4 forward passes
-    timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    # NCU_MORE=1: also DRAM bytes, achieved occupancy and registers, with the caches flushed
+    # before every kernel (in a real step no layer's weights are in L2 either)
+    M=gpu__time_duration.sum CC=none
+    [ -n "${NCU_MORE:-}" ] && M=$M,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread CC=all
+    timeout 240 ncu --clock-control none --cache-control $CC --metrics $M --csv \
       --log-file "$OUT/ncu.csv" "$SL" bench -m "$P4" --gpu --no-graph --no-warmup -p 1 -n 3 -r 1 \
       > "$OUT/ncu-run.log" 2>&1
     say "prof ncu: rc=$? ($(grep -c gpu__time_duration "$OUT/ncu.csv" 2>/dev/null) kernels)"

@@ -239,6 +239,10 @@ typedef struct backend_ops {
      * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t][s], summed in slot order. */
     int (*moe_experts)(backend *b, int il, const float *x, int n, const int32_t *ids,
                        const float *w, int k, float *out);
+    /* Optional (NULL: nothing): a hint that moe_experts of layer il will soon read the experts
+     * ids [n][k] (backend memory, written by moe_route) through the table; a device backend
+     * may start bringing their weights nearer (its L2). Changes no value. */
+    void (*moe_prefetch)(backend *b, int il, const int32_t *ids, int n, int k);
     /* Host -> backend copy (expert cache fills). The copies of a batch (those up to the next
      * copy_end) start after the work queued before the batch's first copy, and may overlap
      * work queued after it. copy_end closes the batch; with mark it remembers every copy queued
@@ -423,6 +427,9 @@ static inline void be_set_inputs(backend *b, const int32_t *tokens, int n, int p
 static inline void be_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm,
                                 int32_t *ids, float *w) {
     b->ops->moe_route(b, logits, n, n_expert, k, norm, ids, w);
+}
+static inline void be_moe_prefetch(backend *b, int il, const int32_t *ids, int n, int k) {
+    if (b->ops->moe_prefetch) b->ops->moe_prefetch(b, il, ids, n, k);
 }
 static inline void be_gather_rows(backend *b, float *dst, const float *src, const int32_t *idx,
                                   int div, int m, int width) {

@@ -141,7 +141,12 @@ void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes) {
     for (auto &e : c->acts) {
         if (!e.valid) continue;
         const uintptr_t s = (uintptr_t)e.src, t = s + (size_t)e.n * (size_t)e.K * sizeof(float);
-        if (a < t && s < b) e.valid = false;
+        if (a < t && s < b) {
+            if (c->act_trace)
+                fprintf(stderr, "sluice: act drop %p (n %d K %lld) by a write of [%p, +%zu)\n", e.src, e.n,
+                        (long long)e.K, p, bytes);
+            e.valid = false;
+        }
     }
 }
 
@@ -181,6 +186,8 @@ static act_cache_entry *act_entry(cuda_backend *c, const float *x, int n, int64_
             abort();
         }
     }
+    if (c->act_trace && v->valid)
+        fprintf(stderr, "sluice: act evict %p (n %d K %lld) for %p\n", v->src, v->n, (long long)v->K, (const void *)x);
     v->src = x;
     v->n = n;
     v->K = K;
@@ -206,12 +213,16 @@ qact cuda_act(cuda_backend *c, const float *x, int n, int64_t K, uint32_t type) 
             return cuda_act_view(e.buf, n, K, act);
         }
     act_cache_entry *v = act_entry(c, x, n, K, act);
+    if (c->act_trace)
+        fprintf(stderr, "sluice: act encode %p (n %d K %lld act %d)\n", (const void *)x, n, (long long)K, act);
     cuda_quantize_act(c, x, n, K, act, v->buf);
     return cuda_act_view(v->buf, n, K, act);
 }
 
 qact cuda_act_reserve(cuda_backend *c, const float *x, int n, int64_t K, int act) {
     cuda_act_invalidate_range(c, x, (size_t)n * (size_t)K * sizeof(float));
+    if (c->act_trace)
+        fprintf(stderr, "sluice: act reserve %p (n %d K %lld act %d)\n", (const void *)x, n, (long long)K, act);
     return cuda_act_view(act_entry(c, x, n, K, act)->buf, n, K, act);
 }
 
@@ -787,6 +798,7 @@ static backend_ops make_ops() {
     o.experts_init = op_experts_init;
     o.experts_set = op_experts_set;
     o.moe_experts = cuda_op_moe_experts;
+    o.moe_prefetch = cuda_op_moe_prefetch;
     o.copy_async = op_copy_async;
     o.copy_end = op_copy_end;
     o.copy_wait = op_copy_wait;
@@ -853,6 +865,8 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_qk_fuse = getenv("SLUICE_CUDA_NO_QK_FUSE") != nullptr;
     c->no_add_norm = getenv("SLUICE_CUDA_NO_ADD_NORM") != nullptr;
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
+    c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 7;
+    c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));

@@ -41,12 +41,25 @@ void cuda_fail(const char *what, cudaError_t e, const char *file, int line);
  * and its writes are visible, then lets the next kernel start launching. A decode step is a
  * chain of ~33 small dependent kernels per layer, each a few microseconds long, so the launch
  * gap between them is a large share of the step. Every kernel launched through pdl_launch must
- * begin with pdl_wait (before any memory access); kernels launched plainly (<<<>>>) are fully
- * ordered as before. SLUICE_CUDA_NO_PDL=1 turns it off (measurement, bisection). */
+ * call pdl_wait before it reads or writes memory that another kernel writes; kernels launched
+ * plainly (<<<>>>) are fully ordered as before. What may come before it: prefetching weights
+ * that no kernel writes (l2_prefetch), so that their DRAM latency overlaps the previous kernel.
+ * SLUICE_CUDA_NO_PDL=1 turns it off (measurement, bisection). */
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Ask L2 for bytes [p, p + n) (sm_90 bulk prefetch: the 16-byte units inside the range, one
+ * instruction, no registers, no completion to wait for). Values are never changed by it. */
+__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p), a16 = (a + 15) & ~(uintptr_t)15;
+    if (n <= a16 - a) return;
+    const uint32_t m = (n - (uint32_t)(a16 - a)) & ~15u;
+    if (m) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a16), "r"(m) : "memory");
 #endif
 }
 
@@ -199,6 +212,11 @@ struct cuda_backend {
     bool no_qk_fuse;           /* SLUICE_CUDA_NO_QK_FUSE: q/k norms, RoPE and KV store as five ops */
     bool no_add_norm;          /* SLUICE_CUDA_NO_ADD_NORM: the residual add and the norm as two ops */
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
+    bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
+    int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 7): weights asked of L2 early:
+                                * bit 0, a plain matrix-vector product's rows before pdl_wait;
+                                * bit 1, an expert's rows (through the table) after it; bit 2,
+                                * the routed experts as soon as they are chosen (moe_prefetch) */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
 };
@@ -355,6 +373,7 @@ void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const
 /* ---- cuda_moe.cu ---- */
 void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm,
                        int32_t *ids, float *w);
+void cuda_op_moe_prefetch(backend *b, int il, const int32_t *ids, int n, int k);
 int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids,
                         const float *w, int k, float *out);
 void cuda_moe_combine(cuda_backend *c, const float *slots, const float *w, int n, int k, int width,

@@ -154,6 +154,7 @@ struct mv_args {
     int64_t mrows[MV_MULTI_MAX];
     float *mout[MV_MULTI_MAX];
     unsigned mboff[MV_MULTI_MAX + 1];
+    int pf; /* cuda_backend::mv_prefetch */
 };
 
 /* The matrix this block works on, its rows, output, and the block's index within it. */
@@ -201,17 +202,26 @@ __device__ __forceinline__ const uint8_t *row_ptr(const mm_src &s, int j, int64_
     return base + (size_t)row * s.row_bytes;
 }
 
+/* The weight row's bytes asked of L2 by one lane each (w, then w2): a plain matrix's before
+ * pdl_wait, while the previous kernel still runs (no kernel writes weights), an expert's
+ * (through the table, known only from the routing) after it. */
+template <bool DUAL>
+__device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t *w2, uint32_t bytes, int lane) {
+    if (lane == 0) l2_prefetch(w, bytes);
+    if (DUAL && lane == 1) l2_prefetch(w2, bytes);
+}
+
+/* One output row (one warp): lane groups of B / 32 lanes take a block each, BPI blocks per
+ * iteration; group g adds the terms of blocks g, g + BPI, ... in order, then the butterfly over
+ * the lanes: the order depends on K and the type alone. */
 template <int T, int NT, bool DUAL>
-__global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
-    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+__device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane) {
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = 32 / LPB;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const mv_part P = mv_pick(A);
-    const int64_t row = (int64_t)P.bx * 4 + warp;
-    if (row >= P.rows) return;
+    const uint32_t row_len = (uint32_t)(A.K / B) * BYTES;
     const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
     const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
+    if (P.s.table && (A.pf & 2)) mv_prefetch_row<DUAL>(w, w2, row_len, lane);
     const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
     const int sub = lane % LPB, bl = lane / LPB;
@@ -292,6 +302,24 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
             if (t < nt) P.out[(size_t)(j0 + t) * P.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
 }
 
+
+/* One output row per warp, 4 warps per block. (Two or four rows per warp, in fewer blocks,
+ * measured slower: 35B-A3B decode 300 -> 214 t/s with four; the rows' chains of loads then
+ * run one after the other.) */
+template <int T, int NT, bool DUAL>
+__global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
+    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const mv_part P = mv_pick(A);
+    const int64_t row = (int64_t)P.bx * 4 + warp;
+    if (P.s.table == nullptr && (A.pf & 1) && row < P.rows)
+        mv_prefetch_row<DUAL>(P.s.w + (size_t)row * P.s.row_bytes,
+                              DUAL ? A.s2.w + (size_t)row * A.s2.row_bytes : nullptr,
+                              (uint32_t)(A.K / B) * BYTES, lane);
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    if (row < P.rows) mv_q_row<T, NT, DUAL>(A, P, row, lane);
+}
+
 template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_t i) {
     if constexpr (WT == QT_F32) return reinterpret_cast<const float *>(r)[i];
     else if constexpr (WT == QT_F16) return __half2float(reinterpret_cast<const __half *>(r)[i]);
@@ -305,11 +333,17 @@ template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_
  * are added in quarter order. The order depends on K alone, never on the tokens or the batch. */
 template <int WT, int NT, bool DUAL>
 __global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
-    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ float part[4][NT], part2[4][NT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const mv_part P = mv_pick(A);
     const int64_t row = P.bx;
+    /* each warp asks L2 for its quarter of the row (see mv_prefetch_row) */
+    const uint32_t esz = WT == QT_F32 ? 4 : 2, qb = (uint32_t)(A.K / 4) * esz;
+    const uint32_t qlen = warp == 3 ? (uint32_t)A.K * esz - 3 * qb : qb;
+    if (P.s.table == nullptr && (A.pf & 1))
+        mv_prefetch_row<DUAL>(P.s.w + (size_t)row * P.s.row_bytes + warp * qb,
+                              DUAL ? A.s2.w + (size_t)row * A.s2.row_bytes + warp * qb : nullptr, qlen, lane);
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     const int j0 = blockIdx.y * NT;
     const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
@@ -422,6 +456,7 @@ void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const 
     A.out = out;
     A.ostride = ostride;
     A.tb = c->tables;
+    A.pf = c->mv_prefetch;
     A.nm = 0;
     const bool dual = s2 != nullptr;
     switch (type) {
@@ -962,6 +997,7 @@ void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float
         A.K = K;
         A.n = n;
         A.tb = c->tables;
+        A.pf = c->mv_prefetch;
         A.nm = j - i;
         for (int k = i; k < j; k++) {
             const int m = k - i;

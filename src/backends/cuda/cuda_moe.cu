@@ -367,6 +367,41 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
     return Y;
 }
 
+/* ---- prefetch of the routed experts' weights --------------------------------------------------- */
+
+#define PREFETCH_CHUNKS 16 /* blocks per expert part: one SM's bulk-copy unit alone would be slow */
+
+struct part_sizes {
+    uint32_t bytes[EXPERT_PARTS];
+};
+
+/* Block (slot * 3 + part, chunk): one sixteenth of that expert part asked of L2. */
+__global__ void k_expert_prefetch(const expert_entry *tab, const int32_t *ids, part_sizes ps) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel (the router) has finished */
+    const int slot = blockIdx.x / EXPERT_PARTS, part = blockIdx.x % EXPERT_PARTS;
+    const uint32_t total = ps.bytes[part];
+    const uint32_t chunk = (total / PREFETCH_CHUNKS + 15) & ~15u, off = blockIdx.y * chunk;
+    if (threadIdx.x != 0 || off >= total) return;
+    const uint8_t *p = tab[ids[slot]].p[part];
+    if (p) l2_prefetch(p + off, total - off < chunk ? total - off : chunk);
+}
+
+void cuda_op_moe_prefetch(backend *b, int il, const int32_t *ids, int n, int k) {
+    cuda_backend *c = CB(b);
+    /* decode-sized batches only: a prefill's experts far exceed L2, and its tiles read each
+     * expert's weights at full bandwidth anyway */
+    if (!(c->mv_prefetch & 4) || n * k > 64 || il < 0 || il >= c->n_layer || !c->shapes[il].present) return;
+    const expert_shape &sh = c->shapes[il];
+    part_sizes ps;
+    for (int p = 0; p < EXPERT_PARTS; p++) {
+        const size_t bytes = (size_t)sh.row_bytes[p] * (size_t)sh.ne1[p];
+        ps.bytes[p] = bytes > 0xfffffff0u ? 0xfffffff0u : (uint32_t)bytes;
+    }
+    pdl_launch(k_expert_prefetch, dim3(n * k * EXPERT_PARTS, PREFETCH_CHUNKS), 32, 0, c->stream,
+               (const expert_entry *)(c->d_table + (size_t)il * c->n_expert), ids, ps);
+    CU_LAUNCH();
+}
+
 int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
                         int k, float *out) {
     cuda_backend *c = CB(b);
