@@ -107,9 +107,6 @@ void sluice_session_free(sluice_session *s) {
     free(s);
 }
 
-/* One forward pass. A decode step (one token, last logits only) on a backend with CUDA graphs
- * replays the graph captured for it, or captures it: the pass must then need nothing from the
- * host (moe_host_free), since a replay does not run the model code. */
 /* The model's pass, ending with the download of its routing when someone wants it. */
 static int forward_pass(sluice_session *s, const int32_t *tokens, int n, float *out, bool all_logits) {
     const sluice_model *m = s->m;
@@ -117,6 +114,10 @@ static int forward_pass(sluice_session *s, const int32_t *tokens, int n, float *
     if (rc == 0 && m->experts) rc = moe_step_collect(m, s->st, n);
     return rc;
 }
+
+/* One forward pass. A decode step (one token, last logits only) on a backend with CUDA graphs
+ * replays the graph captured for it, or captures it: the pass must then need nothing from the
+ * host (moe_host_free), since a replay does not run the model code. */
 
 static int forward_chunk(sluice_session *s, const int32_t *tokens, int n, float *out,
                          bool all_logits) {

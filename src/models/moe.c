@@ -272,19 +272,15 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
 }
 
 /* Who needs a pass's routing after it: the route callback, and a streaming store's observer. */
-static bool step_routes_wanted(const sluice_model *m, const model_state *st, int n) {
+bool moe_step_collects(const sluice_model *m, const model_state *st, int n) {
     const expert_store *s = m->experts;
     if (!s || !be_has_expert_table(st->be) || !s->device_table || layer_prep(m, n))
         return false; /* the layers saw their routing on the host already */
     return st->route_fn || (s->ops->observe && s->streaming);
 }
 
-bool moe_step_collects(const sluice_model *m, const model_state *st, int n) {
-    return step_routes_wanted(m, st, n);
-}
-
 int moe_step_collect(const sluice_model *m, model_state *st, int n) {
-    if (!step_routes_wanted(m, st, n) || !st->moe_extra) return 0;
+    if (!moe_step_collects(m, st, n) || !st->moe_extra) return 0;
     const int k = m->hp.n_expert_used, L = m->hp.n_layer;
     struct moe_scratch *xs = st->moe_extra;
     backend *be = st->be;
@@ -303,13 +299,13 @@ int moe_step_collect(const sluice_model *m, model_state *st, int n) {
 }
 
 int moe_step_end(const sluice_model *m, model_state *st, int n, int pos0) {
-    if (!step_routes_wanted(m, st, n) || !st->moe_extra || !st->moe_extra->step_h) return 0;
+    if (!moe_step_collects(m, st, n) || !st->moe_extra || !st->moe_extra->step_h) return 0;
     expert_store *s = m->experts;
     const bool observe = s->ops->observe && s->streaming;
     const int k = m->hp.n_expert_used, L = m->hp.n_layer;
     const struct moe_scratch *xs = st->moe_extra;
     const size_t nk = (size_t)n * k, all = (size_t)L * nk;
-    const float *wh = (const float *)(xs->step_h + all);
+    const float *wh = (const float *)(xs->step_h + all); /* that half only ever read as floats */
     for (int il = 0; il < L; il++) {
         if (!m->layers[il].ffn_gate_inp.data || !m->layout.layers[il].present) continue;
         const int32_t *ih = xs->step_h + (size_t)il * nk;
