@@ -302,7 +302,6 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
             if (t < nt) P.out[(size_t)(j0 + t) * P.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
 }
 
-
 /* One output row per warp, 4 warps per block. (Two or four rows per warp, in fewer blocks,
  * measured slower: 35B-A3B decode 300 -> 214 t/s with four; the rows' chains of loads then
  * run one after the other.) */
