@@ -49,24 +49,37 @@ typedef struct conv_job {
     int n, channels, kernel;
 } conv_job;
 
+/* Token-major: per token, one contiguous run of the thread's channels (a channel-major walk
+ * read x with a stride of C floats, a cache line per value: 3.6% of a 35B-A3B prefill for ~17M
+ * multiply-adds). Each (token, channel) still adds its taps in order from zero, as
+ * ggml_ssm_conv's per-channel loop, so the bits are the same. */
 static void conv_task(void *ctx, int ith, int nth) {
     const conv_job *j = ctx;
-    const int C = j->channels, K = j->kernel;
+    const int C = j->channels, K = j->kernel, n = j->n;
     int64_t lo, hi;
     split_range(C, ith, nth, &lo, &hi);
-    float win[CPU_CONV_MAX_KERNEL];
-    for (int64_t c = lo; c < hi; c++) {
-        const float *wc = j->w + (size_t)c * K;
-        /* win holds xp[t .. t+K-1] for this channel: the K-1 previous raw inputs, then x[t] */
-        for (int i = 0; i < K - 1; i++) win[i] = j->state[(size_t)i * C + c];
-        for (int t = 0; t < j->n; t++) {
-            win[K - 1] = j->x[(size_t)t * C + c];
-            float acc = 0.0f; /* taps in order, as ggml_ssm_conv */
-            for (int i = 0; i < K; i++) acc += wc[i] * win[i];
-            j->y[(size_t)t * C + c] = siluf_(acc);
-            for (int i = 0; i < K - 1; i++) win[i] = win[i + 1];
+    for (int t = 0; t < n; t++) {
+        /* tap i reads input t + i - (K - 1): before the first token, a state row */
+        const float *src[CPU_CONV_MAX_KERNEL];
+        for (int i = 0; i < K; i++) {
+            const int tau = t + i - (K - 1);
+            src[i] = tau < 0 ? j->state + (size_t)(tau + K - 1) * C : j->x + (size_t)tau * C;
         }
-        for (int i = 0; i < K - 1; i++) j->state[(size_t)i * C + c] = win[i];
+        float *yt = j->y + (size_t)t * C;
+        for (int64_t c = lo; c < hi; c++) {
+            const float *wc = j->w + (size_t)c * K;
+            float acc = 0.0f;
+            for (int i = 0; i < K; i++) acc += wc[i] * src[i][c];
+            yt[c] = siluf_(acc);
+        }
+    }
+    /* the new state: the last K - 1 inputs. With fewer tokens than that, row i comes from old
+     * row n + i (> i), so ascending rows never read one already replaced. */
+    for (int i = 0; i < K - 1; i++) {
+        const int tau = n - (K - 1) + i;
+        const float *s = tau < 0 ? j->state + (size_t)(tau + K - 1) * C : j->x + (size_t)tau * C;
+        float *d = j->state + (size_t)i * C;
+        for (int64_t c = lo; c < hi; c++) d[c] = s[c];
     }
 }
 
