@@ -8,6 +8,7 @@
 #include "backends/cpu/ops_moe.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,33 +136,79 @@ void cpu_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool n
                     w + (size_t)t * k);
 }
 
+/* Row copies and the combine of a prefill batch (tens of MB per layer) run on every thread:
+ * each row (token) is written by one thread, with the same operations, so the bits do not
+ * depend on the split; a decode-sized one stays on the caller (a dispatch costs more). */
+#define MOE_PARALLEL_MIN_FLOATS (1 << 16)
+
+static void share_of(int n, int ith, int nth, int *lo, int *hi) {
+    const int per = n / nth, extra = n % nth;
+    *lo = ith * per + (ith < extra ? ith : extra);
+    *hi = *lo + per + (ith < extra ? 1 : 0);
+}
+
+typedef struct rows_job {
+    float *dst;
+    const float *src;
+    const int32_t *idx;
+    int div, m, width;
+    bool scatter;
+} rows_job;
+
+static void rows_task(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    const size_t bytes = (size_t)j->width * sizeof(float);
+    int lo, hi;
+    share_of(j->m, ith, nth, &lo, &hi);
+    for (int r = lo; r < hi; r++) {
+        if (j->scatter) memcpy(j->dst + (size_t)j->idx[r] * j->width, j->src + (size_t)r * j->width, bytes);
+        else memcpy(j->dst + (size_t)r * j->width, j->src + (size_t)(j->idx[r] / j->div) * j->width, bytes);
+    }
+}
+
+static void run_rows(backend *b, const rows_job *j) {
+    if ((size_t)j->m * (size_t)j->width >= MOE_PARALLEL_MIN_FLOATS) backend_cpu_parallel(b, rows_task, (void *)j);
+    else rows_task((void *)j, 0, 1);
+}
+
 void cpu_gather_rows(backend *b, float *dst, const float *src, const int32_t *idx, int div, int m,
                      int width) {
-    (void)b;
-    for (int r = 0; r < m; r++)
-        memcpy(dst + (size_t)r * width, src + (size_t)(idx[r] / div) * width,
-               (size_t)width * sizeof(float));
+    const rows_job j = {.dst = dst, .src = src, .idx = idx, .div = div, .m = m, .width = width, .scatter = false};
+    run_rows(b, &j);
 }
 
 void cpu_scatter_rows(backend *b, float *dst, const int32_t *idx, const float *src, int m,
                       int width) {
-    (void)b;
-    for (int r = 0; r < m; r++)
-        memcpy(dst + (size_t)idx[r] * width, src + (size_t)r * width,
-               (size_t)width * sizeof(float));
+    const rows_job j = {.dst = dst, .src = src, .idx = idx, .div = 1, .m = m, .width = width, .scatter = true};
+    run_rows(b, &j);
 }
 
-void cpu_moe_combine(backend *b, const float *slots, const float *w, int n, int k, int width,
-                     float *out) {
-    (void)b;
-    for (int t = 0; t < n; t++) {
-        float *o = out + (size_t)t * width;
-        const float *wt = w + (size_t)t * k;
-        const float *s0 = slots + (size_t)t * k * width;
+typedef struct combine_job {
+    const float *slots, *w;
+    float *out;
+    int n, k, width;
+} combine_job;
+
+static void combine_task(void *ctx, int ith, int nth) {
+    const combine_job *j = ctx;
+    const int k = j->k, width = j->width;
+    int lo, hi;
+    share_of(j->n, ith, nth, &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        float *o = j->out + (size_t)t * width;
+        const float *wt = j->w + (size_t)t * k;
+        const float *s0 = j->slots + (size_t)t * k * width;
         for (int i = 0; i < width; i++) o[i] = s0[i] * wt[0];
         for (int s = 1; s < k; s++) {
             const float *ss = s0 + (size_t)s * width;
             for (int i = 0; i < width; i++) o[i] += ss[i] * wt[s];
         }
     }
+}
+
+void cpu_moe_combine(backend *b, const float *slots, const float *w, int n, int k, int width,
+                     float *out) {
+    const combine_job j = {.slots = slots, .w = w, .out = out, .n = n, .k = k, .width = width};
+    if ((size_t)n * (size_t)k * (size_t)width >= MOE_PARALLEL_MIN_FLOATS) backend_cpu_parallel(b, combine_task, (void *)&j);
+    else combine_task((void *)&j, 0, 1);
 }
