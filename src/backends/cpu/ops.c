@@ -33,13 +33,6 @@ static void *scratch(cpu_backend *c, size_t bytes) {
     return c->scratch;
 }
 
-/* Contiguous share [*lo, *hi) of n items for thread ith of nth. */
-static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    int64_t per = n / nth, extra = n % nth;
-    *lo = ith * per + (ith < extra ? ith : extra);
-    *hi = *lo + per + (ith < extra ? 1 : 0);
-}
-
 /* ---- embed -------------------------------------------------------------------------------- */
 
 static void cpu_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out) {
@@ -73,7 +66,7 @@ typedef struct mm_job {
 static void mm_encode_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
-    split(j->n, ith, nth, &lo, &hi);
+    threadpool_share(j->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++)
         j->encode(j->x + t * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
 }
@@ -81,7 +74,7 @@ static void mm_encode_task(void *ctx, int ith, int nth) {
 static void mm_pack_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
-    split((j->n + 15) / 16, ith, nth, &lo, &hi); /* blocks of 16 tokens */
+    threadpool_share((j->n + 15) / 16, ith, nth, &lo, &hi); /* blocks of 16 tokens */
     if (lo < hi)
         j->tile->pack(j->w->ne[0], j->act, j->act_row, j->n, (int)(16 * lo),
                       (int)(16 * hi < j->n ? 16 * hi : j->n), j->packed);
@@ -133,7 +126,7 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
 /* A thread's share of rows, in multiples of 4 (the tile kernels' row group). */
 static void split_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     int64_t groups = (n + 3) / 4, glo, ghi;
-    split(groups, ith, nth, &glo, &ghi);
+    threadpool_share(groups, ith, nth, &glo, &ghi);
     *lo = 4 * glo < n ? 4 * glo : n;
     *hi = 4 * ghi < n ? 4 * ghi : n;
 }
@@ -291,7 +284,7 @@ static void norm_rows(const norm_job *j, int64_t lo, int64_t hi) {
 static void norm_task(void *ctx, int ith, int nth) {
     norm_job *j = ctx;
     int64_t lo, hi;
-    split(j->n_rows, ith, nth, &lo, &hi);
+    threadpool_share(j->n_rows, ith, nth, &lo, &hi);
     norm_rows(j, lo, hi);
 }
 
@@ -388,7 +381,7 @@ typedef struct add_job {
 static void add_task(void *ctx, int ith, int nth) {
     add_job *j = ctx;
     int64_t lo, hi;
-    split((int64_t)j->n, ith, nth, &lo, &hi);
+    threadpool_share((int64_t)j->n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) j->x[i] += j->y[i];
 }
 

@@ -11,12 +11,7 @@
 #include <string.h>
 
 #include "backends/cpu/ops_hc.h"
-
-static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    int64_t per = n / nth, extra = n % nth;
-    *lo = ith * per + (ith < extra ? ith : extra);
-    *hi = *lo + per + (ith < extra ? 1 : 0);
-}
+#include "backends/cpu/threadpool.h"
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
@@ -36,7 +31,7 @@ typedef struct gnorm_job {
 static void gnorm_task(void *ctx, int ith, int nth) {
     const gnorm_job *j = ctx;
     int64_t lo, hi;
-    split_range((int64_t)j->n_tok * j->groups, ith, nth, &lo, &hi);
+    threadpool_share((int64_t)j->n_tok * j->groups, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = j->x + (size_t)r * j->dim;
         const float *wr = j->w + (size_t)(r % j->groups) * j->dim;
@@ -75,7 +70,7 @@ typedef struct mix_job {
 static void mix_task(void *ctx, int ith, int nth) {
     const mix_job *j = ctx;
     int64_t lo, hi;
-    split_range(j->n, ith, nth, &lo, &hi);
+    threadpool_share(j->n, ith, nth, &lo, &hi);
     const size_t D = (size_t)j->dim, W = (size_t)j->hc * D;
     const float inv = 1.0f / (float)j->hc;
     for (int64_t t = lo; t < hi; t++) {
@@ -99,7 +94,7 @@ void cpu_hc_mix(backend *b, const float *xn, const float *gate, int n, int hc, i
 static void combine_task(void *ctx, int ith, int nth) {
     const mix_job *j = ctx;
     int64_t lo, hi;
-    split_range(j->n, ith, nth, &lo, &hi);
+    threadpool_share(j->n, ith, nth, &lo, &hi);
     const size_t D = (size_t)j->dim, W = (size_t)j->hc * D;
     const float inv = 1.0f / (float)j->hc;
     for (int64_t t = lo; t < hi; t++) {
@@ -158,7 +153,7 @@ static void dconv_task(void *ctx, int ith, int nth) {
     const dconv_job *j = ctx;
     const int C = j->channels, K = j->kernel, hist = (K - 1) * j->dil;
     int64_t lo, hi;
-    split_range(C, ith, nth, &lo, &hi);
+    threadpool_share(C, ith, nth, &lo, &hi);
     float *xp = malloc(sizeof(float) * (size_t)(hist + j->n));
     if (!xp) abort(); /* a few KiB; failing here is out of memory */
     for (int64_t c = lo; c < hi; c++) {

@@ -6,6 +6,7 @@
  * activations live. The arithmetic is exactly what the model code did, so results are the same
  * bits as before the move. */
 #include "backends/cpu/ops_moe.h"
+#include "backends/cpu/threadpool.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -141,12 +142,6 @@ void cpu_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool n
  * depend on the split; a decode-sized one stays on the caller (a dispatch costs more). */
 #define MOE_PARALLEL_MIN_FLOATS (1 << 16)
 
-static void share_of(int n, int ith, int nth, int *lo, int *hi) {
-    const int per = n / nth, extra = n % nth;
-    *lo = ith * per + (ith < extra ? ith : extra);
-    *hi = *lo + per + (ith < extra ? 1 : 0);
-}
-
 typedef struct rows_job {
     float *dst;
     const float *src;
@@ -158,9 +153,9 @@ typedef struct rows_job {
 static void rows_task(void *ctx, int ith, int nth) {
     const rows_job *j = ctx;
     const size_t bytes = (size_t)j->width * sizeof(float);
-    int lo, hi;
-    share_of(j->m, ith, nth, &lo, &hi);
-    for (int r = lo; r < hi; r++) {
+    int64_t lo, hi;
+    threadpool_share(j->m, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
         if (j->scatter) memcpy(j->dst + (size_t)j->idx[r] * j->width, j->src + (size_t)r * j->width, bytes);
         else memcpy(j->dst + (size_t)r * j->width, j->src + (size_t)(j->idx[r] / j->div) * j->width, bytes);
     }
@@ -192,9 +187,9 @@ typedef struct combine_job {
 static void combine_task(void *ctx, int ith, int nth) {
     const combine_job *j = ctx;
     const int k = j->k, width = j->width;
-    int lo, hi;
-    share_of(j->n, ith, nth, &lo, &hi);
-    for (int t = lo; t < hi; t++) {
+    int64_t lo, hi;
+    threadpool_share(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
         float *o = j->out + (size_t)t * width;
         const float *wt = j->w + (size_t)t * k;
         const float *s0 = j->slots + (size_t)t * k * width;

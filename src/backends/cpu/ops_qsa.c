@@ -17,14 +17,9 @@
 #include <string.h>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/threadpool.h"
 #include "backends/cpu/ops_hc.h"
 #include "backends/cpu/ops_ssm.h"
-
-static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    int64_t per = n / nth, extra = n % nth;
-    *lo = ith * per + (ith < extra ? ith : extra);
-    *hi = *lo + per + (ith < extra ? 1 : 0);
-}
 
 /* ---- block keys ------------------------------------------------------------------------------ */
 
@@ -134,7 +129,7 @@ typedef struct sel_job {
 static void sel_task(void *ctx, int ith, int nth) {
     const sel_job *j = ctx;
     int64_t lo, hi;
-    split_range(j->n, ith, nth, &lo, &hi);
+    threadpool_share(j->n, ith, nth, &lo, &hi);
     const int64_t width = (int64_t)j->top_k + j->ratio - 1;
     float *score = (float *)(j->work + (size_t)ith * j->stride);
     const int64_t max_cells = (int64_t)j->pos0 + j->n;
@@ -199,7 +194,7 @@ typedef struct asel_job {
 static void asel_task(void *ctx, int ith, int nth) {
     const asel_job *j = ctx;
     int64_t lo, hi;
-    split_range((int64_t)j->n * j->n_head_kv, ith, nth, &lo, &hi);
+    threadpool_share((int64_t)j->n * j->n_head_kv, ith, nth, &lo, &hi);
     const int group = j->n_head / j->n_head_kv;
     float *work = j->work + (size_t)ith * j->stride;
     float *kbuf = work + (size_t)group * KERNEL_ATTN_TILE;

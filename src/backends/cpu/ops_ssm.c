@@ -11,14 +11,8 @@
 #include <string.h>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/threadpool.h"
 #include "backends/cpu/ops_ssm.h"
-
-/* Contiguous share [*lo, *hi) of n items for thread ith of nth (as in ops.c). */
-static void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    int64_t per = n / nth, extra = n % nth;
-    *lo = ith * per + (ith < extra ? ith : extra);
-    *hi = *lo + per + (ith < extra ? 1 : 0);
-}
 
 /* The float recipes of ggml's unary ops, so that gates round as in llama.cpp. */
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -57,7 +51,7 @@ static void conv_task(void *ctx, int ith, int nth) {
     const conv_job *j = ctx;
     const int C = j->channels, K = j->kernel, n = j->n;
     int64_t lo, hi;
-    split_range(C, ith, nth, &lo, &hi);
+    threadpool_share(C, ith, nth, &lo, &hi);
     for (int t = 0; t < n; t++) {
         /* tap i reads input t + i - (K - 1): before the first token, a state row */
         const float *src[CPU_CONV_MAX_KERNEL];
@@ -223,7 +217,7 @@ static void gdn_head_chunked(const gdn_job *J, int h, float *ws) {
 static void gdn_task(void *ctx, int ith, int nth) {
     const gdn_job *J = ctx;
     int64_t lo, hi;
-    split_range(J->p.n_v_head, ith, nth, &lo, &hi);
+    threadpool_share(J->p.n_v_head, ith, nth, &lo, &hi);
     float *ws = J->scratch + (size_t)ith * J->stride;
     for (int64_t h = lo; h < hi; h++) {
         if (J->p.chunk > 0) gdn_head_chunked(J, (int)h, ws);

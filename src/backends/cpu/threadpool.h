@@ -6,6 +6,8 @@
 #ifndef SLUICE_THREADPOOL_H
 #define SLUICE_THREADPOOL_H
 
+#include <stdint.h>
+
 typedef struct threadpool threadpool;
 typedef void (*threadpool_fn)(void *ctx, int ith, int nth);
 
@@ -13,6 +15,14 @@ threadpool *threadpool_new(int n_threads);
 void threadpool_free(threadpool *p);
 int threadpool_size(const threadpool *p);
 void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx);
+
+/* Contiguous share [*lo, *hi) of n items for share ith of nth: the first n % nth shares take
+ * one item more. Every CPU op splits its work so. */
+static inline void threadpool_share(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const int64_t per = n / nth, extra = n % nth;
+    *lo = ith * per + (ith < extra ? ith : extra);
+    *hi = *lo + per + (ith < extra ? 1 : 0);
+}
 
 /* Number of online CPUs (at least 1). */
 int threadpool_default_threads(void);
