@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "formats/store.h"
 
@@ -191,6 +192,11 @@ typedef struct backend_ops {
     void (*upload)(backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
     /* backend -> host; when it returns, dst holds the bytes (a device backend waits) */
     void (*download)(backend *b, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: calloc / free): zeroed host memory that download can fill directly (a
+     * device backend: page-locked, so a download, even one inside a CUDA graph, lands there by
+     * DMA instead of through a staging buffer and a host copy). NULL when out of memory. */
+    void *(*host_alloc)(backend *b, size_t bytes);
+    void (*host_free)(backend *b, void *p);
     void (*memzero)(backend *b, void *dst, size_t bytes);
     /* n_rows rows of width floats: dst[r * dst_stride + i] = src[r * src_stride + i] */
     void (*copy_rows)(backend *b, float *dst, size_t dst_stride, const float *src,
@@ -243,6 +249,15 @@ typedef struct backend_ops {
      * ids [n][k] (backend memory, written by moe_route) through the table; a device backend
      * may start bringing their weights nearer (its L2). Changes no value. */
     void (*moe_prefetch)(backend *b, int il, const int32_t *ids, int n, int k);
+    /* Optional (NULL: not offered): moe_experts and a shared expert together, for the batches
+     * and shapes the backend chooses; returns 1 to decline (the caller then runs the shared
+     * expert as be_matmul_swiglu + be_matmul and calls moe_experts), 0 done, -1 failed.
+     * shared [n][E] gets down_s(silu(gate_s x_t) * up_s x_t) with the bits of that pair of
+     * calls, out what moe_experts gives. Lets a device run the shared expert beside the routed
+     * ones instead of ahead of them. */
+    int (*moe_experts_shared)(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
+                              int k, const tview *gate_s, const tview *up_s, const tview *down_s, float *out,
+                              float *shared);
     /* Host -> backend copy (expert cache fills). The copies of a batch (those up to the next
      * copy_end) start after the work queued before the batch's first copy, and may overlap
      * work queued after it. copy_end closes the batch; with mark it remembers every copy queued
@@ -376,6 +391,14 @@ static inline void be_free(backend *b) {
 static inline void *be_alloc(backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
 static inline void be_mfree(backend *b, void *p) {
     if (p) b->ops->mfree(b, p);
+}
+static inline void *be_host_alloc(backend *b, size_t bytes) {
+    return b->ops->host_alloc ? b->ops->host_alloc(b, bytes) : calloc(1, bytes);
+}
+static inline void be_host_free(backend *b, void *p) {
+    if (!p) return;
+    if (b->ops->host_free) b->ops->host_free(b, p);
+    else free(p);
 }
 static inline void be_upload(backend *b, void *dst, const void *src, size_t bytes) {
     b->ops->upload(b, dst, src, bytes);

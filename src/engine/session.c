@@ -77,7 +77,9 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
     s->be = m->gpu ? m->gpu : backend_cpu_new(p.n_threads);
     s->st = s->be ? m->arch->state_new(m, s->be, s->n_ctx, s->n_batch) : NULL;
     s->smp = sampler_new(m->hp.n_vocab, &sp);
-    s->last_logits = calloc((size_t)m->hp.n_vocab, sizeof(float));
+    /* where a decode step's logits land: the backend's own host memory, so a device writes
+     * them straight there */
+    s->last_logits = s->be ? be_host_alloc(s->be, (size_t)m->hp.n_vocab * sizeof(float)) : NULL;
     if (!s->st || !s->be || !s->smp || !s->last_logits) {
         sluice_set_error("out of memory for a session of %d positions", s->n_ctx);
         sluice_session_free(s);
@@ -100,9 +102,9 @@ void sluice_session_free(sluice_session *s) {
         s->be->ops->graph_drop(s->be, decode_graph_key(s, true));
     }
     if (s->st) s->m->arch->state_free(s->st);
+    if (s->be) be_host_free(s->be, s->last_logits);
     if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
-    free(s->last_logits);
     free(s->spec.logits);
     free(s);
 }

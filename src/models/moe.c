@@ -222,18 +222,30 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         }
     }
 
-    /* the shared expert first: its multiplications overlap the routed experts' reads */
-    if (shared) {
+    if (shared && !L->ffn_gate_inp_shexp.data) { /* never: the loader requires it with the shared expert */
+        sluice_set_error("layer %d: shared expert without its gate", il);
+        return -1;
+    }
+    /* A resident device table may take the shared expert into the routed experts' launches
+     * (decode: its three launches then run beside theirs instead of ahead of them); where it
+     * declines, or cannot, the shared expert goes first: its multiplications overlap the routed
+     * experts' reads. */
+    bool merged = false;
+    if (shared && table && !prep && !m->experts->streaming && be->ops->moe_experts_shared) {
+        const int rc = be->ops->moe_experts_shared(be, il, x, n, ids, wts, k, &L->ffn_gate_shexp, &L->ffn_up_shexp,
+                                                   &L->ffn_down_shexp, out, st->shexp_out);
+        if (rc < 0) return -1;
+        merged = rc == 0;
+    }
+    if (shared && !merged) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
-        if (!L->ffn_gate_inp_shexp.data) { /* never: the loader requires it with the shared expert */
-            sluice_set_error("layer %d: shared expert without its gate", il);
-            return -1;
-        }
-        if (!residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
     }
+    if (shared && !residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
 
-    if (table) {
+    if (merged) {
+        /* the routed experts are done too */
+    } else if (table) {
         /* a layer-by-layer cache (re)points the table's entries at the slots it acquired */
         int acquired = 0;
         for (; acquired < n_need; acquired++) {

@@ -616,6 +616,9 @@ static void test_moe_shape(backend *c, backend *g, int E, int X, int D, int k, i
         dd[e] = dev_copy(g, down[e].data, down[e].mat_bytes);
     }
     for (int e = 0; e < X; e++) g->ops->experts_set(g, 0, e, dg[e % D], du[e % D], dd[e % D]);
+    /* a shared expert of the routed experts' shape and types (kept for the process: the backend
+     * keys its weight uploads by host address) */
+    const tview sg = make_weight(tg, E, F, 0.2f), su = make_weight(tg, E, F, 0.2f), sd = make_weight(td, F, E, 0.2f);
     for (int ni = 0; ni < n_ns; ni++) {
         const int n = ns[ni];
         float *lg = rand_vec((size_t)n * X, 2.0f), *x = rand_vec((size_t)n * E, 1.0f);
@@ -651,6 +654,28 @@ static void test_moe_shape(backend *c, backend *g, int E, int X, int D, int k, i
                rel_err(wg, w, (size_t)n * k), eo);
         EXPECT(rc == 0 && eo < 2e-4, "moe_experts %s/%s E %d F %d n %d: %.3g", quant_type_name(tg),
                quant_type_name(td), E, F, n, eo);
+        if (g->ops->moe_experts_shared) {
+            /* the shared expert in the routed experts' launches: the bits of the separate ops */
+            float *ffd = be_alloc(g, (size_t)n * F * 4), *shd = be_alloc(g, (size_t)n * E * 4);
+            float *od2 = be_alloc(g, (size_t)n * E * 4), *shd2 = be_alloc(g, (size_t)n * E * 4);
+            be_matmul_swiglu(g, &sg, &su, xd, n, ffd);
+            be_matmul(g, &sd, ffd, n, shd);
+            const int rs = g->ops->moe_experts_shared(g, 0, xd, n, idd, wd, k, &sg, &su, &sd, od2, shd2);
+            float *sh1 = host_of(g, shd, (size_t)n * E), *sh2 = host_of(g, shd2, (size_t)n * E);
+            float *og2 = host_of(g, od2, (size_t)n * E);
+            if (n <= 8) {
+                const bool same_out = rs == 0 && memcmp(og2, og, (size_t)n * E * 4) == 0;
+                const bool same_sh = rs == 0 && memcmp(sh2, sh1, (size_t)n * E * 4) == 0;
+                printf("    + shared expert in the same launches: rc %d, routed %s, shared %s\n", rs,
+                       same_out ? "same bits" : "DIFFER", same_sh ? "same bits" : "DIFFER");
+                EXPECT(same_out && same_sh, "moe_experts_shared %s/%s n %d: bits of moe_experts + matmuls",
+                       quant_type_name(tg), quant_type_name(td), n);
+            } else {
+                EXPECT(rs == 1, "moe_experts_shared declines n %d (tiled)", n);
+            }
+            free(sh1); free(sh2); free(og2);
+            be_mfree(g, ffd); be_mfree(g, shd); be_mfree(g, od2); be_mfree(g, shd2);
+        }
         free(lg); free(x); free(ids); free(w); free(idg); free(wg); free(ref); free(h); free(y); free(og);
         be_mfree(g, lgd); be_mfree(g, idd); be_mfree(g, wd); be_mfree(g, xd); be_mfree(g, od);
     }

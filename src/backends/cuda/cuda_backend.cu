@@ -394,10 +394,53 @@ static void ensure_stage(cuda_backend *c, size_t bytes) {
     CU(cudaHostAlloc((void **)&c->h_stage, c->stage_cap, cudaHostAllocDefault));
 }
 
+/* Page-locked host memory for the caller (a session's logits): a download into it is one DMA,
+ * captured as such in a graph, where pageable memory goes through h_stage and a host memcpy
+ * after the replay (1 MB of logits per decode step). */
+static void *op_host_alloc(backend *b, size_t bytes) {
+    cuda_backend *c = CB(b);
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    memset(p, 0, bytes);
+    add_range(c->host_bufs, {(uintptr_t)p, bytes, 0, 0});
+    return p;
+}
+
+static void op_host_free(backend *b, void *p) {
+    cuda_backend *c = CB(b);
+    if (!p) return;
+    for (size_t i = 0; i < c->host_bufs.size(); i++)
+        if (c->host_bufs[i].host == (uintptr_t)p) {
+            c->host_bufs.erase(c->host_bufs.begin() + (long)i);
+            break;
+        }
+    CU(cudaStreamSynchronize(c->stream)); /* no copy into it may be in flight */
+    CU(cudaFreeHost(p));
+}
+
+static bool in_host_buf(const cuda_backend *c, const void *dst, size_t bytes) {
+    const uintptr_t a = (uintptr_t)dst;
+    auto it = std::upper_bound(c->host_bufs.begin(), c->host_bufs.end(), a,
+                               [](uintptr_t x, const cuda_range &r) { return x < r.host; });
+    if (it == c->host_bufs.begin()) return false;
+    --it;
+    return a + bytes <= it->host + it->bytes;
+}
+
 static void op_download(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_backend *c = CB(b);
     if (!bytes) return;
     cuda_prof_begin(c);
+    if (in_host_buf(c, dst, bytes)) {
+        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        if (c->capturing) return; /* a graph's run waits for its stream at the end */
+        CU(cudaStreamSynchronize(c->stream));
+        cuda_prof_end(c, "download");
+        return;
+    }
     if (c->capturing) {
         const size_t off = (c->stage_used + 255) / 256 * 256;
         if (off + bytes > c->stage_cap) {
@@ -799,6 +842,9 @@ static backend_ops make_ops() {
     o.experts_set = op_experts_set;
     o.moe_experts = cuda_op_moe_experts;
     o.moe_prefetch = cuda_op_moe_prefetch;
+    o.moe_experts_shared = cuda_op_moe_experts_shared;
+    o.host_alloc = op_host_alloc;
+    o.host_free = op_host_free;
     o.copy_async = op_copy_async;
     o.copy_end = op_copy_end;
     o.copy_wait = op_copy_wait;
@@ -867,6 +913,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
     c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 7;
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
+    c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));

@@ -433,6 +433,7 @@ int backend_cuda_ep_enable(backend *b, const backend_cuda_ep_params *p, char *er
     st->ops = *st->base;
     st->ops.moe_experts = ep_moe_experts;
     st->ops.moe_prefetch = nullptr; /* a rank's table holds only its own experts */
+    st->ops.moe_experts_shared = nullptr; /* ep_moe_experts alone knows the ranks */
     st->ops.free = ep_free;
     b->ops = &st->ops;
     int ver = 0;

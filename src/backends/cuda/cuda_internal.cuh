@@ -173,6 +173,7 @@ struct cuda_backend {
     qtables *tables;           /* device copy of the code books */
     /* weights */
     std::vector<cuda_range> uploads, pinned;
+    std::vector<cuda_range> host_bufs; /* host_alloc's page-locked buffers (downloads land there) */
     std::vector<void *> weight_blocks;  /* device allocations holding uploads */
     std::vector<void *> host_copies_pinned; /* page-locked host copies of pinned ranges */
     /* step inputs */
@@ -213,6 +214,8 @@ struct cuda_backend {
     bool no_add_norm;          /* SLUICE_CUDA_NO_ADD_NORM: the residual add and the norm as two ops */
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
+    bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
+                                * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 7): weights asked of L2 early:
                                 * bit 0, a plain matrix-vector product's rows before pdl_wait;
                                 * bit 1, an expert's rows (through the table) after it; bit 2,
@@ -335,12 +338,17 @@ struct mm_src {
      * and writes output row j */
     const int32_t *ids;
     int act_div;
+    /* grouped, decode form, optional (NULL: none): slots n_tab and up are a plain matrix (the
+     * shared expert, computed in the routed experts' launch): slot n_tab + t reads `extra`,
+     * activation row x_arow0 + t and writes row t of the launch's xout */
+    const uint8_t *extra;
+    int n_tab, x_arow0;
 };
 
 /* out[t][r] = W_r . x_t. Plain: n tokens; grouped (src.table): n slots. dual: a second source
  * (same shape) whose product u gives out = silu(W.x) * u. */
 void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
-                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride);
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout = nullptr);
 /* Grouped tiled product for prefill: tiles (expert, entries) from cuda_moe's grouping. */
 struct mm_groups {
     const int32_t *list;       /* entries (token * k + slot) grouped by expert */
@@ -376,6 +384,9 @@ void cuda_op_moe_route(backend *b, float *logits, int n, int n_expert, int k, bo
 void cuda_op_moe_prefetch(backend *b, int il, const int32_t *ids, int n, int k);
 int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t *ids,
                         const float *w, int k, float *out);
+int cuda_op_moe_experts_shared(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
+                               int k, const tview *gate_s, const tview *up_s, const tview *down_s, float *out,
+                               float *shared);
 void cuda_moe_combine(cuda_backend *c, const float *slots, const float *w, int n, int k, int width,
                       float *out);
 

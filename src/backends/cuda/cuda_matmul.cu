@@ -155,6 +155,7 @@ struct mv_args {
     float *mout[MV_MULTI_MAX];
     unsigned mboff[MV_MULTI_MAX + 1];
     int pf; /* cuda_backend::mv_prefetch */
+    float *xout; /* the extra slots' output (mm_src::extra) */
 };
 
 /* The matrix this block works on, its rows, output, and the block's index within it. */
@@ -198,8 +199,20 @@ __device__ __forceinline__ int dot8(const uint32_t q[8], uint4 a0, uint4 a1, int
 
 /* The weight row of output `row` for output group j (plain: the matrix; grouped: slot j's expert). */
 __device__ __forceinline__ const uint8_t *row_ptr(const mm_src &s, int j, int64_t row) {
-    const uint8_t *base = s.table ? s.table[s.ids[j]].p[s.part] : s.w;
+    const uint8_t *base = !s.table ? s.w : s.extra && j >= s.n_tab ? s.extra : s.table[s.ids[j]].p[s.part];
     return base + (size_t)row * s.row_bytes;
+}
+
+/* The activation row of output group j (plain: token j). */
+__device__ __forceinline__ int act_row(const mm_src &s, int j) {
+    if (!s.table) return j;
+    return s.extra && j >= s.n_tab ? s.x_arow0 + (j - s.n_tab) : j / s.act_div;
+}
+
+/* Where output group j's row goes: row j of the output, or an extra slot's row of xout. */
+__device__ __forceinline__ float *out_row(const mv_args &A, const mv_part &P, int j) {
+    if (A.s.table && A.s.extra && j >= A.s.n_tab) return A.xout + (size_t)(j - A.s.n_tab) * P.ostride;
+    return P.out + (size_t)j * P.ostride;
 }
 
 /* The weight row's bytes asked of L2 by one lane each (w, then w2): a plain matrix's before
@@ -222,7 +235,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
     const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
     if (P.s.table && (A.pf & 2)) mv_prefetch_row<DUAL>(w, w2, row_len, lane);
-    const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
+    const int arow0 = act_row(A.s, j0);
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
     const int sub = lane % LPB, bl = lane / LPB;
     const int nblk = (int)(A.K / B);
@@ -299,7 +312,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
     if (lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < nt) P.out[(size_t)(j0 + t) * P.ostride + row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+            if (t < nt) out_row(A, P, j0 + t)[row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
 }
 
 /* One output row per warp, 4 warps per block. (Two or four rows per warp, in fewer blocks,
@@ -346,7 +359,7 @@ __global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
     const int j0 = blockIdx.y * NT;
     const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
-    const int arow0 = A.s.table ? j0 / A.s.act_div : j0;
+    const int arow0 = act_row(A.s, j0);
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
     const int64_t q = A.K / 4, i_beg = warp * q, i_end = warp == 3 ? A.K : i_beg + q;
     float acc[NT], acc2[NT];
@@ -392,9 +405,9 @@ __global__ void __launch_bounds__(128) k_mv_f(mv_args A) {
         const float y = __fadd_rn(__fadd_rn(__fadd_rn(part[0][t], part[1][t]), part[2][t]), part[3][t]);
         if (DUAL) {
             const float y2 = __fadd_rn(__fadd_rn(__fadd_rn(part2[0][t], part2[1][t]), part2[2][t]), part2[3][t]);
-            P.out[(size_t)(j0 + t) * P.ostride + row] = silu_mul(y, y2);
+            out_row(A, P, j0 + t)[row] = silu_mul(y, y2);
         } else {
-            P.out[(size_t)(j0 + t) * P.ostride + row] = y;
+            out_row(A, P, j0 + t)[row] = y;
         }
     }
 }
@@ -444,8 +457,9 @@ template <int WT> static void mv_f(cuda_backend *c, const mv_args &a, bool dual)
 }
 
 void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
-                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride) {
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout) {
     mv_args A;
+    A.xout = xout;
     A.s = *s;
     A.s2 = s2 ? *s2 : *s;
     A.a = *a;

@@ -280,8 +280,28 @@ void cuda_moe_combine(cuda_backend *c, const float *y, const float *w, int n, in
  * this with the rows a rank received (k = 1) and the batch's token count, so each slot gets
  * the bits the one-GPU path gives it (every slot's result is computed on its own). Returns Y
  * (SCR_MOE scratch) or nullptr. */
+/* A shared expert computed in the routed experts' decode-form launches: one extra slot per token
+ * after the n * k routed ones (mm_src::extra), its SwiGLU row in H after theirs, its output in
+ * out [n][E]. Each extra slot runs the very kernel and reduction order of a plain product of
+ * one token (k_mv_q<T, 1, ...>), so the shared expert's bits are those of be_matmul_swiglu and
+ * be_matmul; what changes is that its three launches (gate/up, encoding, down) no longer come
+ * one after the other ahead of the routed experts' three. */
+struct shared_mats {
+    const uint8_t *gate, *up, *down;
+    float *out;
+};
+
+static float *moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k, int n_family,
+                        const shared_mats *shm);
+
 float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k,
                       int n_family) {
+    return moe_slots(c, il, x, n, ids, k, n_family, nullptr);
+}
+
+/* shm: the shared expert (decode form only; the caller checked its shapes and types) */
+static float *moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k, int n_family,
+                        const shared_mats *shm) {
     if (il < 0 || il >= c->n_layer || !c->shapes[il].present || !c->d_table) {
         fprintf(stderr, "sluice: CUDA expert table has no layer %d\n", il);
         return nullptr;
@@ -290,10 +310,10 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
     const expert_shape &sh = c->shapes[il];
     const expert_entry *tab = c->d_table + (size_t)il * c->n_expert;
     const int64_t E = sh.ne0[EXPERT_GATE], F = sh.ne1[EXPERT_GATE];
-    const int slots = n * k;
-    const size_t fsz = (size_t)slots * F, esz = (size_t)slots * E;
-    float *G = (float *)cuda_scratch(c, SCR_MOE, (3 * fsz + esz) * sizeof(float));
-    float *U = G + fsz, *H = U + fsz, *Y = H + fsz;
+    const int slots = n * k, xs = shm ? n : 0; /* routed slots, then the shared expert's */
+    const size_t fsz = (size_t)slots * F, hsz = (size_t)(slots + xs) * F, esz = (size_t)slots * E;
+    float *G = (float *)cuda_scratch(c, SCR_MOE, (2 * fsz + hsz + esz) * sizeof(float));
+    float *U = G + fsz, *H = U + fsz, *Y = H + hsz;
     const uint32_t tg = sh.type[EXPERT_GATE], tu = sh.type[EXPERT_UP], td = sh.type[EXPERT_DOWN];
 
     mm_src sg;
@@ -311,13 +331,22 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
     sd.row_bytes = sh.row_bytes[EXPERT_DOWN];
     sd.act_div = 1;
 
+    if (shm) {
+        sg.extra = shm->gate;
+        su.extra = shm->up;
+        sd.extra = shm->down;
+        sg.n_tab = su.n_tab = sd.n_tab = slots;
+        sg.x_arow0 = su.x_arow0 = 0; /* token t's row of x */
+        sd.x_arow0 = slots;          /* its SwiGLU row in H */
+    }
+
     const bool tiled = n_family > 8 && (E % 256 == 0 || tg == QT_F32 || tg == QT_F16 || tg == QT_BF16) &&
                        (F % 256 == 0 || td == QT_F32 || td == QT_F16 || td == QT_BF16);
     if (!tiled) {
         qact ax = cuda_act(c, x, n, E, tg);
         if (ax.act == QT_F32) ax.f = x;
         if (tg == tu && sh.row_bytes[EXPERT_GATE] == sh.row_bytes[EXPERT_UP]) {
-            cuda_matvec(c, tg, E, F, &sg, &su, &ax, slots, H, F);
+            cuda_matvec(c, tg, E, F, &sg, &su, &ax, slots + xs, H, F, H + fsz);
         } else {
             cuda_matvec(c, tg, E, F, &sg, nullptr, &ax, slots, G, F);
             qact au = cuda_act(c, x, n, E, tu);
@@ -325,10 +354,10 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
             cuda_matvec(c, tu, E, F, &su, nullptr, &au, slots, U, F);
             cuda_swiglu_rows(c, G, U, fsz, H);
         }
-        cuda_act_invalidate_range(c, H, fsz * sizeof(float));
-        qact ah = cuda_act(c, H, slots, F, td);
+        cuda_act_invalidate_range(c, H, hsz * sizeof(float));
+        qact ah = cuda_act(c, H, slots + xs, F, td);
         if (ah.act == QT_F32) ah.f = H;
-        cuda_matvec(c, td, F, E, &sd, nullptr, &ah, slots, Y, E);
+        cuda_matvec(c, td, F, E, &sd, nullptr, &ah, slots + xs, Y, E, shm ? shm->out : nullptr);
     } else {
         /* tiles of 64 entries: 128-entry tiles measured 5% slower at the 30B-A3B shape's 128
          * entries per expert (counts of 120-140 need a second, nearly empty tile either way) */
@@ -363,7 +392,8 @@ float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int3
         g.act_div = 1;
         cuda_matmul_tiled(c, td, F, E, &sd, &g, &ah, slots, Y, E);
     }
-    cuda_act_invalidate_range(c, G, (3 * fsz + esz) * sizeof(float));
+    cuda_act_invalidate_range(c, G, (2 * fsz + hsz + esz) * sizeof(float));
+    if (shm) cuda_act_invalidate_range(c, shm->out, (size_t)n * E * sizeof(float));
     return Y;
 }
 
@@ -412,5 +442,41 @@ int cuda_op_moe_experts(backend *b, int il, const float *x, int n, const int32_t
     cuda_moe_combine(c, Y, w, n, k, (int)E, out);
     cuda_act_invalidate_range(c, out, (size_t)n * E * sizeof(float));
     cuda_prof_end(c, n <= 8 ? "moe_experts (decode)" : "moe_experts (tiled)");
+    return 0;
+}
+
+/* moe_experts with the shared expert in the same launches (decode-sized batches of a resident
+ * table; see shared_mats). Declines (1) where the shared expert's matrices differ from the
+ * routed experts' in shape or type, or the batch takes the tiled path. */
+int cuda_op_moe_experts_shared(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
+                               int k, const tview *gate_s, const tview *up_s, const tview *down_s, float *out,
+                               float *shared) {
+    cuda_backend *c = CB(b);
+    if (!c->shared_in_experts || n > 8 || il < 0 || il >= c->n_layer || !c->shapes[il].present || !c->d_table)
+        return 1;
+    const expert_shape &sh = c->shapes[il];
+    const int64_t E = sh.ne0[EXPERT_GATE], F = sh.ne1[EXPERT_GATE];
+    const tview *v[EXPERT_PARTS] = {gate_s, up_s, down_s};
+    for (int p = 0; p < EXPERT_PARTS; p++) {
+        const int64_t k0 = p == EXPERT_DOWN ? F : E, k1 = p == EXPERT_DOWN ? E : F;
+        if (v[p]->type != sh.type[p] || v[p]->ne[0] != k0 || v[p]->ne[1] != k1 || v[p]->row_bytes != sh.row_bytes[p] ||
+            sh.ne0[p] != k0 || sh.ne1[p] != k1)
+            return 1;
+    }
+    if (sh.type[EXPERT_GATE] != sh.type[EXPERT_UP] || sh.row_bytes[EXPERT_GATE] != sh.row_bytes[EXPERT_UP]) return 1;
+    cuda_prof_begin(c);
+    shared_mats m;
+    for (int p = 0; p < EXPERT_PARTS; p++) {
+        const uint8_t *d = (const uint8_t *)cuda_weight(c, v[p]->data, v[p]->row_bytes * (size_t)v[p]->ne[1]);
+        if (p == EXPERT_GATE) m.gate = d;
+        else if (p == EXPERT_UP) m.up = d;
+        else m.down = d;
+    }
+    m.out = shared;
+    const float *Y = moe_slots(c, il, x, n, ids, k, n, &m);
+    if (!Y) return -1;
+    cuda_moe_combine(c, Y, w, n, k, (int)E, out);
+    cuda_act_invalidate_range(c, out, (size_t)n * E * sizeof(float));
+    cuda_prof_end(c, "moe_experts + shared (decode)");
     return 0;
 }
