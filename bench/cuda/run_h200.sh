@@ -31,8 +31,8 @@
 #             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
 #             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
-#             "VAR=1 ..." also times pp2048 and decode with those variables set, then decode
-#             without them once more (an A/B/A in one call)
+#             "VAR=1 ...[;VAR2=1 ...]" also times pp2048 and decode with each ';'-separated set of
+#             variables, then decode without them once more (an A/B/A in one call)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -353,11 +353,14 @@ if has pprof; then
     sed -n '/CUDA op profile/,/| total/p' "$W/pprof.log" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
-    if [ -n "${PPROF_ENV:-}" ]; then # the same pp2048 with a diagnostic switch, e.g. SLUICE_CUDA_MM_COLS64=1
-      echo "with $PPROF_ENV:" >> "$OUT/summary.txt"
-      env $PPROF_ENV timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
-      env $PPROF_ENV timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
-      echo "without it, again:" >> "$OUT/summary.txt"
+    if [ -n "${PPROF_ENV:-}" ]; then # the same runs with diagnostic switches, e.g. SLUICE_CUDA_MM_COLS64=1;
+      IFS=';' read -ra PPROF_VARIANTS <<< "$PPROF_ENV" # variants separated by ';', each "VAR=1 VAR2=0"
+      for v in "${PPROF_VARIANTS[@]}"; do
+        echo "with $v:" >> "$OUT/summary.txt"
+        env $v timeout 120 "$SL" bench -m "$f" --gpu -p 2048 -n 0 -b 2048 -r 1 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+        env $v timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
+      done
+      echo "without them, again:" >> "$OUT/summary.txt"
       timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     fi
   done

@@ -911,7 +911,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_qk_fuse = getenv("SLUICE_CUDA_NO_QK_FUSE") != nullptr;
     c->no_add_norm = getenv("SLUICE_CUDA_NO_ADD_NORM") != nullptr;
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
-    c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 7;
+    c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 3;
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");

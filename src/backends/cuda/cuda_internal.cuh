@@ -216,10 +216,12 @@ struct cuda_backend {
     bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
-    int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 7): weights asked of L2 early:
+    int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:
                                 * bit 0, a plain matrix-vector product's rows before pdl_wait;
                                 * bit 1, an expert's rows (through the table) after it; bit 2,
-                                * the routed experts as soon as they are chosen (moe_prefetch) */
+                                * the routed experts as soon as they are chosen (moe_prefetch;
+                                * off by default since the shared expert left the chain: its
+                                * launch then cost more than it saved) */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
 };
