@@ -6,6 +6,7 @@
 #
 #   bench/cuda/pack.sh [FIXTURE...]       fixture names from ../shared/fixtures/models to carry
 #   LLAMA=DIR bench/cuda/pack.sh ...      also carry a llama.cpp CUDA build (DIR/bin)
+#   KTRACE=1 bench/cuda/pack.sh ...       also carry sluice-ktrace (-DSLUICE_CUDA_KTRACE=ON)
 #
 # Output: .devcarry/bin.tar.xz (sluice, test_cuda, test_ep, libs), .devcarry/fixtures/ (models and their
 # golden prompt ids), .devcarry/llama.tar.xz. The binaries embed stories260K as the default
@@ -22,6 +23,15 @@ cmake --build $B -j2 --target sluice test_cuda test_ep >/dev/null
 rm -rf .devcarry/stage .devcarry/fixtures && mkdir -p .devcarry/stage/lib .devcarry/fixtures
 cp $B/sluice $B/tests/test_cuda $B/tests/test_ep .devcarry/stage/
 strip .devcarry/stage/sluice .devcarry/stage/test_cuda .devcarry/stage/test_ep
+if [ -n "${KTRACE:-}" ]; then # a kernel-trace build as well (measurement only; run_h200.sh ktrace)
+  K=build-cuda-ktrace
+  cmake -S . -B $K -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DSLUICE_CUDA_KTRACE=ON -DSLUICE_TESTS=OFF >/dev/null
+  sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $K/default_model.S
+  cmake --build $K -j2 --target sluice >/dev/null
+  cp $K/sluice .devcarry/stage/sluice-ktrace
+  strip .devcarry/stage/sluice-ktrace
+fi
 for l in libmicrohttpd.so.12 libjansson.so.4 liburing.so.2 libpcre2-8.so.0; do
   cp -L /lib/x86_64-linux-gnu/$l .devcarry/stage/lib/
 done

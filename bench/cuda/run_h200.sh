@@ -33,6 +33,8 @@
 #             both shapes, resident (synthesized in the background from the start); PPROF_ENV=
 #             "VAR=1 ...[;VAR2=1 ...]" also times pp2048 and decode with each ';'-separated set of
 #             variables, then decode without them once more (an A/B/A in one call)
+#   ktrace    kernel trace of the decode graph (sluice-ktrace from KTRACE=1 pack.sh): per kernel,
+#             the time from its start to the next one's, on both shapes (src/backends/cuda/cuda_ktrace.cu)
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -100,6 +102,7 @@ BIGS=() # the full-size files the stream and pprof stages need, synthesized in o
 has stream && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
+has ktrace && BIGS+=("$Q35" "$Q30")
 has stream30 && BIGS+=("$Q30")
 if [ ${#BIGS[@]} -gt 0 ]; then
   ( for f in $(printf '%s\n' "${BIGS[@]}" | awk '!seen[$0]++'); do
@@ -363,6 +366,17 @@ if has pprof; then
       echo "without them, again:" >> "$OUT/summary.txt"
       timeout 120 "$SL" bench -m "$f" --gpu -p 16 -n 128 -r 2 2>&1 | grep -E "^\| [qQ]" >> "$OUT/summary.txt"
     fi
+  done
+fi
+
+if has ktrace; then # needs sluice-ktrace in bin.tar.xz (KTRACE=1 bench/cuda/pack.sh)
+  KT=$(dirname "$SL")/sluice-ktrace
+  for f in "$Q35" "$Q30"; do
+    wait_for "$f" || continue
+    SLUICE_CUDA_KTRACE=1 timeout 120 "$KT" bench -m "$f" --gpu -p 16 -n 128 -r 1 > "$W/ktrace.log" 2>&1
+    say "ktrace $(basename "$f"): rc=$?"
+    cp "$W/ktrace.log" "$OUT/ktrace-$(basename "$f" .gguf).log"
+    grep -E "^\| [qQ]|kernel trace" "$W/ktrace.log" >> "$OUT/summary.txt"
   done
 fi
 

@@ -679,9 +679,11 @@ static bool op_graph_replay(backend *b, uint64_t key, const int32_t *tokens, int
     CU(cudaStreamSynchronize(c->stream));
     write_inputs(c, tokens, n, pos0);
     if (c->graph_timing) CU(cudaEventRecord(c->ev0, c->stream));
+    cuda_ktrace_replay_begin(c, g);
     CU(cudaGraphLaunch(g->exec, c->stream));
     if (c->graph_timing) CU(cudaEventRecord(c->ev1, c->stream));
     finish_graph_run(c, g);
+    cuda_ktrace_replay_end(c, g);
     cuda_act_invalidate(c);
     if (c->graph_timing) {
         float ms = 0;
@@ -718,6 +720,7 @@ static void op_capture_begin(backend *b, uint64_t key) {
     c->stage_used = 0;
     g->host_copies.clear();
     c->capture_broken = false;
+    cuda_ktrace_capture_begin(c);
     CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
     c->capturing = true;
 }
@@ -746,6 +749,7 @@ static int op_capture_end(backend *b, bool ok) {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     c->capturing = false;
+    cuda_ktrace_capture_end(c, g);
     for (void *p : c->deferred_free) dev_free(c, p);
     c->deferred_free.clear();
     if (e != cudaSuccess || !ok || c->capture_broken || !graph) {
@@ -780,6 +784,8 @@ static void op_free(backend *b) {
     if (c->graph_timing && c->timed_replays)
         fprintf(stderr, "sluice: %d graph replays: device %.3f ms, replay call %.3f ms per step\n",
                 c->timed_replays, c->graph_gpu_ms / c->timed_replays, c->graph_call_ms / c->timed_replays);
+    cuda_ktrace_report(c);
+    cuda_ktrace_free(c);
     for (auto &g : c->graphs)
         if (g.exec) cudaGraphExecDestroy(g.exec);
     for (auto &e : c->acts) dev_free(c, e.buf);
@@ -915,6 +921,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
+    cuda_ktrace_init(c);
     CU(cudaGetDeviceProperties(&c->prop, p->device));
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));

@@ -45,10 +45,42 @@ void cuda_fail(const char *what, cudaError_t e, const char *file, int line);
  * plainly (<<<>>>) are fully ordered as before. What may come before it: prefetching weights
  * that no kernel writes (l2_prefetch), so that their DRAM latency overlaps the previous kernel.
  * SLUICE_CUDA_NO_PDL=1 turns it off (measurement, bisection). */
+#ifdef SLUICE_KTRACE
+/* Kernel trace (a build with -DSLUICE_CUDA_KTRACE=ON, run with SLUICE_CUDA_KTRACE=1; see
+ * cuda_ktrace.cu): block (0, 0, 0) of every kernel stamps the global timer as its pdl_wait
+ * returns, in launch order. One buffer pointer per translation unit (KTRACE_TU). */
+#define KTRACE_MAX 8192
+struct ktrace_buf {
+    unsigned long long count;
+    unsigned long long t[KTRACE_MAX];
+};
+static __device__ ktrace_buf *g_ktrace;
+__device__ __forceinline__ void ktrace_stamp() {
+    if (threadIdx.x | threadIdx.y | blockIdx.x | blockIdx.y | blockIdx.z) return;
+    ktrace_buf *b = g_ktrace;
+    if (!b) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned long long i = atomicAdd(&b->count, 1ull);
+    if (i < KTRACE_MAX) b->t[i] = t;
+}
+#define KTRACE_TU(name) \
+    void cuda_ktrace_attach_##name(void *p) { CU(cudaMemcpyToSymbol(g_ktrace, &p, sizeof p)); }
+void cuda_ktrace_attach_matmul(void *p);
+void cuda_ktrace_attach_moe(void *p);
+void cuda_ktrace_attach_ops(void *p);
+extern std::vector<const void *> *cuda_ktrace_log; /* kernels launched, while recording */
+#else
+#define KTRACE_TU(name)
+#endif
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef SLUICE_KTRACE
+    ktrace_stamp();
 #endif
 }
 
@@ -90,6 +122,9 @@ static inline void pdl_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, siz
     cfg.stream = s;
     cfg.attrs = &at;
     cfg.numAttrs = cuda_pdl ? 1 : 0;
+#ifdef SLUICE_KTRACE
+    if (cuda_ktrace_log) cuda_ktrace_log->push_back(reinterpret_cast<const void *>(kern));
+#endif
     CU(cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...));
 }
 
@@ -148,6 +183,12 @@ struct graph_slot {
     cudaGraphExec_t exec;
     bool failed;            /* capture impossible for this key: always eager */
     std::vector<std::pair<void *, std::pair<size_t, size_t>>> host_copies; /* dst, (off, bytes) */
+    /* kernel trace (cuda_ktrace.cu): the captured kernels in order, and per kernel the sum over
+     * traced replays of the time from its stamp to the next one */
+    std::vector<const void *> kt_kernels;
+    std::vector<double> kt_us;
+    double kt_step_us = 0;
+    int kt_runs = 0;
 };
 
 struct prof_entry {
@@ -214,6 +255,7 @@ struct cuda_backend {
     bool no_add_norm;          /* SLUICE_CUDA_NO_ADD_NORM: the residual add and the norm as two ops */
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
+    void *ktrace;              /* SLUICE_CUDA_KTRACE: the device trace buffer (cuda_ktrace.cu) */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:
@@ -319,6 +361,15 @@ void cuda_act_invalidate_range(cuda_backend *c, const void *p, size_t bytes);
 void cuda_table_flush(cuda_backend *c);
 
 /* Profiling: bracket an op (no-ops unless profiling). */
+/* ---- cuda_ktrace.cu (no-ops unless built with SLUICE_CUDA_KTRACE) ---- */
+void cuda_ktrace_init(cuda_backend *c);
+void cuda_ktrace_capture_begin(cuda_backend *c);
+void cuda_ktrace_capture_end(cuda_backend *c, graph_slot *g);
+void cuda_ktrace_replay_begin(cuda_backend *c, graph_slot *g);
+void cuda_ktrace_replay_end(cuda_backend *c, graph_slot *g);
+void cuda_ktrace_report(cuda_backend *c);
+void cuda_ktrace_free(cuda_backend *c);
+
 void cuda_prof_begin(cuda_backend *c);
 void cuda_prof_end(cuda_backend *c, const char *name);
 

@@ -26,6 +26,8 @@ extern "C" {
 #include "formats/quant.h"
 }
 
+KTRACE_TU(matmul) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
+
 bool cuda_type_supported(uint32_t type) {
     switch (type) {
     case QT_F32: case QT_F16: case QT_BF16: case QT_Q4_0: case QT_Q5_0: case QT_Q8_0:

@@ -16,6 +16,8 @@
 
 #include "backends/cuda/cuda_internal.cuh"
 
+KTRACE_TU(moe) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
+
 /* ---- router ------------------------------------------------------------------------------------ */
 
 #define ROUTE_THREADS 128

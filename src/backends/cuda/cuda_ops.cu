@@ -11,6 +11,8 @@
 
 #include "backends/cuda/cuda_internal.cuh"
 
+KTRACE_TU(ops) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
+
 /* ---- rmsnorm / l2norm -------------------------------------------------------------------------- */
 
 /* One block of NT threads per row, NT chosen from the row width alone (never from the number of
