@@ -256,6 +256,8 @@ struct cuda_backend {
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
     void *ktrace;              /* SLUICE_CUDA_KTRACE: the device trace buffer (cuda_ktrace.cu) */
+    bool mv_half;              /* rows of at most half a warp's blocks take half a warp each
+                                * (k_mv_q W = 16); SLUICE_CUDA_MV_HALF=0 turns it off */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:

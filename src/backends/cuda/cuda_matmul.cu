@@ -228,10 +228,14 @@ __device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t 
 
 /* One output row (one warp): lane groups of B / 32 lanes take a block each, BPI blocks per
  * iteration; group g adds the terms of blocks g, g + BPI, ... in order, then the butterfly over
- * the lanes: the order depends on K and the type alone. */
-template <int T, int NT, bool DUAL>
-__device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane) {
-    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = 32 / LPB;
+ * the lanes: the order depends on K and the type alone.
+ * W = 16: half a warp per row (lane is the lane within the half; store false: a padding row,
+ * computed, not written), for rows of at most BPI / 2 blocks, where the other half of the warp
+ * only ever added zeros: each group takes the same block, and the butterfly's first step
+ * (adding the other half's +0.0) is kept as an explicit + 0.0f, so the same bits. */
+template <int T, int NT, bool DUAL, int W = 32>
+__device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane, bool store = true) {
+    constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = W / LPB;
     const uint32_t row_len = (uint32_t)(A.K / B) * BYTES;
     const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
     const uint8_t *w = row_ptr(P.s, j0, row);
@@ -305,13 +309,18 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int t = 0; t < NT; t++) {
+        if (W == 16) { /* the full warp's first step: the other half held +0.0 */
+            acc[t] = __fadd_rn(acc[t], 0.0f);
+            if (DUAL) acc2[t] = __fadd_rn(acc2[t], 0.0f);
+        }
 #pragma unroll
-        for (int off = 16; off >= 1; off >>= 1) {
+        for (int off = W / 2; off >= 1; off >>= 1) {
             acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
             if (DUAL) acc2[t] = __fadd_rn(acc2[t], __shfl_xor_sync(0xffffffffu, acc2[t], off));
         }
-    if (lane == 0)
+    }
+    if (lane == 0 && store)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < nt) out_row(A, P, j0 + t)[row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
@@ -319,19 +328,28 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
 
 /* One output row per warp, 4 warps per block. (Two or four rows per warp, in fewer blocks,
  * measured slower: 35B-A3B decode 300 -> 214 t/s with four; the rows' chains of loads then
- * run one after the other.) */
-template <int T, int NT, bool DUAL>
+ * run one after the other.) W = 16: two rows per warp side by side, one per half (short rows,
+ * see mv_q_row), 8 per block. */
+template <int T, int NT, bool DUAL, int W = 32>
 __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, wl = threadIdx.x & 31;
+    const int lane = W == 16 ? wl & 15 : wl; /* the lane within the row's lanes */
     const mv_part P = mv_pick(A);
-    const int64_t row = (int64_t)P.bx * 4 + warp;
-    if (P.s.table == nullptr && (A.pf & 1) && row < P.rows)
+    const int64_t row0 = W == 16 ? ((int64_t)P.bx * 4 + warp) * 2 : (int64_t)P.bx * 4 + warp;
+    const bool live = row0 + (W == 16 ? (wl >> 4) : 0) < P.rows;
+    /* a half whose row is past the end computes the last row again (its shuffles need it) */
+    const int64_t row = live ? row0 + (W == 16 ? (wl >> 4) : 0) : P.rows - 1;
+    if (P.s.table == nullptr && (A.pf & 1) && live)
         mv_prefetch_row<DUAL>(P.s.w + (size_t)row * P.s.row_bytes,
                               DUAL ? A.s2.w + (size_t)row * A.s2.row_bytes : nullptr,
                               (uint32_t)(A.K / B) * BYTES, lane);
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    if (row < P.rows) mv_q_row<T, NT, DUAL>(A, P, row, lane);
+    if (W == 16) {
+        if (row0 < P.rows) mv_q_row<T, NT, DUAL, W>(A, P, row, lane, live); /* warp-uniform */
+    } else if (live) {
+        mv_q_row<T, NT, DUAL>(A, P, row, lane);
+    }
 }
 
 template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_t i) {
@@ -422,17 +440,19 @@ static unsigned mv_blocks(mv_args &a, unsigned rpb) {
     return a.mboff[a.nm];
 }
 
-template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_args &args, int nt) {
+template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_args &args, int nt, int rpb = 4) {
     mv_args a = args;
-    dim3 grid(mv_blocks(a, 4), cdiv((size_t)a.n, (size_t)nt));
+    dim3 grid(mv_blocks(a, (unsigned)rpb), cdiv((size_t)a.n, (size_t)nt));
     pdl_launch(kern, grid, 128, 0, c->stream, a);
     CU_LAUNCH();
 }
 
 template <int T> static void mv_q(cuda_backend *c, const mv_args &a, bool dual) {
     const bool grouped = a.s.table != nullptr;
+    constexpr int BPI = 32 / (qtraits<T>::B / 32);
     if (grouped || a.n == 1) {
         if (dual) launch_mv(k_mv_q<T, 1, true>, c, a, 1);
+        else if (c->mv_half && a.K / qtraits<T>::B * 2 <= BPI) launch_mv(k_mv_q<T, 1, false, 16>, c, a, 1, 8);
         else launch_mv(k_mv_q<T, 1, false>, c, a, 1);
     } else {
         if (dual) launch_mv(k_mv_q<T, 8, true>, c, a, 8);

@@ -250,6 +250,11 @@ void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int
 #define ATT_KT 32
 #define ATT_SPLITS 64
 
+/* Shared-memory row stride (floats) of a key in k_attn's tile: the head plus 4 when it is a
+ * multiple of 4 (16-byte rows; lanes j..j+7 of a float4 read land on distinct banks), else plus
+ * 1 (scalar reads, conflict-free). */
+__host__ __device__ __forceinline__ int att_key_stride(int hd) { return hd % 4 == 0 ? hd + 4 : hd + 1; }
+
 struct att_args {
     const float *q, *kc, *vc;
     const int32_t *pos;
@@ -264,8 +269,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     extern __shared__ __align__(16) float sm[];
     const int hd = A.hd, hdv = A.hd_v;
-    float *Kt = sm;                        /* [hd][33] */
-    float *Vs = Kt + hd * 33;              /* [32][hd_v] */
+    const int SK = att_key_stride(hd);
+    float *Ks = sm;                        /* [32][SK]: lane j scores key j from its own row */
+    float *Vs = Ks + ATT_KT * SK;          /* [32][hd_v] */
     float *Qw = Vs + ATT_KT * hdv;         /* [warps][hd] */
     __shared__ int nkv_max_s;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -296,28 +302,27 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
     }
     float *qw = Qw + warp * hd;
     const bool v16 = hdv % 4 == 0 && ((uintptr_t)A.vc & 15) == 0; /* V rows by 16-byte copies */
+    const bool k16 = hd % 4 == 0 && ((uintptr_t)A.kc & 15) == 0;   /* K rows likewise */
     for (int k0 = k_begin; k0 < k_end; k0 += ATT_KT) {
         __syncthreads(); /* the previous tile is consumed */
         /* the tile (and the warp's first query row) by cp.async: every copy in flight at once.
          * Plain loads here were a chain of dependent batches: 20 us of a decode step's attention
-         * at head size 256 for a context of 4 keys (bench/results/2026-11-30-cuda-decode/) */
-        for (int i = threadIdx.x; i < ATT_KT * hd; i += blockDim.x) {
-            const int j = i / hd, d = i % hd;
+         * at head size 256 for a context of 4 keys (bench/results/2026-11-30-cuda-decode/).
+         * Warp w copies keys w, w + 8, ...: whole rows of 16 bytes per lane, no division (the
+         * K tile was transposed by 4-byte copies, 16 per thread behind an index division each:
+         * 11 us of a 30B-A3B attention layer at 144 keys, kernel trace of 2026-11-30) */
+        for (int j = warp; j < ATT_KT; j += ATT_WARPS) {
             const bool in = k0 + j < k_end;
-            cp4(Kt + d * 33 + j, in ? A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd + d : A.kc, in ? 4 : 0);
-        }
-        if (v16) {
-            for (int i = threadIdx.x; i < ATT_KT * hdv / 4; i += blockDim.x) {
-                const int j = i / (hdv / 4), d = 4 * (i % (hdv / 4));
-                const bool in = k0 + j < k_end;
-                cp16(Vs + j * hdv + d, in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d : A.vc, in ? 16 : 0);
-            }
-        } else {
-            for (int i = threadIdx.x; i < ATT_KT * hdv; i += blockDim.x) {
-                const int j = i / hdv, d = i % hdv;
-                const bool in = k0 + j < k_end;
-                cp4(Vs + j * hdv + d, in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * hdv + d : A.vc, in ? 4 : 0);
-            }
+            const float *kr = in ? A.kc + (size_t)(k0 + j) * krow + (size_t)kvh * hd : A.kc;
+            const float *vr = in ? A.vc + (size_t)(k0 + j) * vrow + (size_t)kvh * hdv : A.vc;
+            if (k16)
+                for (int d = 4 * lane; d < hd; d += 128) cp16(Ks + j * SK + d, in ? kr + d : kr, in ? 16 : 0);
+            else
+                for (int d = lane; d < hd; d += 32) cp4(Ks + j * SK + d, in ? kr + d : kr, in ? 4 : 0);
+            if (v16)
+                for (int d = 4 * lane; d < hdv; d += 128) cp16(Vs + j * hdv + d, in ? vr + d : vr, in ? 16 : 0);
+            else
+                for (int d = lane; d < hdv; d += 32) cp4(Vs + j * hdv + d, in ? vr + d : vr, in ? 4 : 0);
         }
         {
             const int t = t0 + warp / G, h = kvh * G + warp % G;
@@ -340,8 +345,20 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
             }
             __syncwarp();
             const int key = k0 + lane;
-            float s = 0.0f;
-            for (int d = 0; d < hd; d++) s = __fmaf_rn(qw[d], Kt[d * 33 + lane], s);
+            float s = 0.0f; /* q . k in dimension order, as ever */
+            const float *kl = Ks + lane * SK;
+            if (hd % 4 == 0) {
+                for (int d = 0; d < hd; d += 4) {
+                    const float4 k4 = *reinterpret_cast<const float4 *>(kl + d);
+                    const float4 q4 = *reinterpret_cast<const float4 *>(qw + d);
+                    s = __fmaf_rn(q4.x, k4.x, s);
+                    s = __fmaf_rn(q4.y, k4.y, s);
+                    s = __fmaf_rn(q4.z, k4.z, s);
+                    s = __fmaf_rn(q4.w, k4.w, s);
+                }
+            } else {
+                for (int d = 0; d < hd; d++) s = __fmaf_rn(qw[d], kl[d], s);
+            }
             __syncwarp();
             const bool vis = key < k_end && key <= A.pos[t];
             s = vis ? __fmul_rn(s, A.scale) : -INFINITY;
@@ -721,7 +738,8 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
         return;
     }
     dim3 grid(cdiv((size_t)n, (size_t)a.qt), n_head_kv, a.splits);
-    const size_t smem = ((size_t)hd * 33 + (size_t)ATT_KT * hd_v + (size_t)ATT_WARPS * hd) * sizeof(float);
+    const size_t smem =
+        ((size_t)ATT_KT * att_key_stride(hd) + (size_t)ATT_KT * hd_v + (size_t)ATT_WARPS * hd) * sizeof(float);
     const int dv = (hd_v + 31) / 32;
     if (dv <= 1) attn_launch<1>(c, a, grid, smem);
     else if (dv <= 2) attn_launch<2>(c, a, grid, smem);
