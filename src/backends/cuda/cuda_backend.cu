@@ -921,6 +921,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;
+    c->mv_encode = !getenv("SLUICE_CUDA_MV_ENCODE") || atoi(getenv("SLUICE_CUDA_MV_ENCODE")) != 0;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     cuda_ktrace_init(c);
     CU(cudaGetDeviceProperties(&c->prop, p->device));

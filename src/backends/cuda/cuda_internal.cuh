@@ -258,6 +258,7 @@ struct cuda_backend {
     void *ktrace;              /* SLUICE_CUDA_KTRACE: the device trace buffer (cuda_ktrace.cu) */
     bool mv_half;              /* rows of at most half a warp's blocks take half a warp each
                                 * (k_mv_q W = 16); SLUICE_CUDA_MV_HALF=0 turns it off */
+    bool mv_encode;            /* cuda_mv_encodes: SLUICE_CUDA_MV_ENCODE=0 turns it off */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:
@@ -403,7 +404,11 @@ struct mm_src {
 /* out[t][r] = W_r . x_t. Plain: n tokens; grouped (src.table): n slots. dual: a second source
  * (same shape) whose product u gives out = silu(W.x) * u. */
 void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
-                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout = nullptr);
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout = nullptr,
+                 const float *xin = nullptr);
+/* Whether cuda_matvec can take a decode product's F32 input as it is (xin) and encode it in the
+ * kernel (half-warp rows of K <= 512 whose activations are Q8_K). */
+bool cuda_mv_encodes(const cuda_backend *c, uint32_t type, int64_t K);
 /* Grouped tiled product for prefill: tiles (expert, entries) from cuda_moe's grouping. */
 struct mm_groups {
     const int32_t *list;       /* entries (token * k + slot) grouped by expert */

@@ -158,6 +158,9 @@ struct mv_args {
     unsigned mboff[MV_MULTI_MAX + 1];
     int pf; /* cuda_backend::mv_prefetch */
     float *xout; /* the extra slots' output (mm_src::extra) */
+    /* the F32 activations, encoded to Q8_K by each block itself (half-warp rows of K <= 512,
+     * cuda_mv_encodes: one link, the encoding launch, fewer); NULL: a is already encoded */
+    const float *xin;
 };
 
 /* The matrix this block works on, its rows, output, and the block's index within it. */
@@ -234,14 +237,19 @@ __device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t 
  * only ever added zeros: each group takes the same block, and the butterfly's first step
  * (adding the other half's +0.0) is kept as an explicit + 0.0f, so the same bits. */
 template <int T, int NT, bool DUAL, int W = 32>
-__device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane, bool store = true) {
+__device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane, bool store = true,
+                                         const qact *own = nullptr) {
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = W / LPB;
+    /* own: the block's own encoding of its one activation row (shared memory), else A.a */
+    const int8_t *aq = own ? own->q : A.a.q;
+    const float *ad = own ? own->d : A.a.d;
+    const int *abs_ = own ? own->bs : A.a.bs;
     const uint32_t row_len = (uint32_t)(A.K / B) * BYTES;
     const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
     const uint8_t *w = row_ptr(P.s, j0, row);
     const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
     if (P.s.table && (A.pf & 2)) mv_prefetch_row<DUAL>(w, w2, row_len, lane);
-    const int arow0 = act_row(A.s, j0);
+    const int arow0 = own ? 0 : act_row(A.s, j0);
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
     const int sub = lane % LPB, bl = lane / LPB;
     const int nblk = (int)(A.K / B);
@@ -273,12 +281,12 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
             for (int t = 0; t < NT; t++) {
                 if (t < nt) {
                     const size_t ar = (size_t)(arow0 + t);
-                    const uint4 *ap = reinterpret_cast<const uint4 *>(A.a.q + ar * A.K + (size_t)blk * B + sub * 32);
+                    const uint4 *ap = reinterpret_cast<const uint4 *>(aq + ar * A.K + (size_t)blk * B + sub * 32);
                     const uint4 a0 = ap[0], a1 = ap[1];
                     is[t] = dot8(q, a0, a1, sc[0], sc[1]);
                     if (DUAL) is2[t] = dot8(q2, a0, a1, sc2[0], sc2[1]);
                     if (qtraits<T>::MIN) {
-                        const int *bsp = A.a.bs + ar * (A.K / 16) + (size_t)blk * 16 + 2 * sub;
+                        const int *bsp = abs_ + ar * (A.K / 16) + (size_t)blk * 16 + 2 * sub;
                         ms[t] = mn[0] * bsp[0] + mn[1] * bsp[1];
                         if (DUAL) ms2[t] = mn2[0] * bsp[0] + mn2[1] * bsp[1];
                     }
@@ -302,7 +310,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
 #pragma unroll
             for (int t = 0; t < NT; t++)
                 if (t < nt) {
-                    const float da = A.a.d[(size_t)(arow0 + t) * nblk + blk];
+                    const float da = ad[(size_t)(arow0 + t) * nblk + blk];
                     acc[t] = __fadd_rn(acc[t], block_term<T>(fw, fm, da, is[t], ms[t]));
                     if (DUAL) acc2[t] = __fadd_rn(acc2[t], block_term<T>(fw2, fm2, da, is2[t], ms2[t]));
                 }
@@ -345,7 +353,21 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
                               DUAL ? A.s2.w + (size_t)row * A.s2.row_bytes : nullptr,
                               (uint32_t)(A.K / B) * BYTES, lane);
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    if (W == 16) {
+    if (W == 16 && A.xin) {
+        /* the block's one activation row (group blockIdx.y), encoded here by q8k_block, the
+         * very function of k_quant_q8k: a warp per 256 values (K <= 512: warps 0 and 1) */
+        __shared__ __align__(16) int8_t sq[512];
+        __shared__ float sd[2];
+        __shared__ int sbs[32];
+        const float *xr = A.xin + (size_t)act_row(A.s, blockIdx.y) * A.K;
+        if (warp < (int)(A.K / 256)) q8k_block(xr + warp * 256, wl, sq + warp * 256, sd + warp, sbs + warp * 16);
+        __syncthreads();
+        qact own;
+        own.q = sq;
+        own.d = sd;
+        own.bs = sbs;
+        if (row0 < P.rows) mv_q_row<T, NT, DUAL, W>(A, P, row, lane, live, &own); /* warp-uniform */
+    } else if (W == 16) {
         if (row0 < P.rows) mv_q_row<T, NT, DUAL, W>(A, P, row, lane, live); /* warp-uniform */
     } else if (live) {
         mv_q_row<T, NT, DUAL>(A, P, row, lane);
@@ -447,12 +469,37 @@ template <typename K1> static void launch_mv(K1 kern, cuda_backend *c, const mv_
     CU_LAUNCH();
 }
 
+/* Whether a product takes half a warp per row (k_mv_q W = 16): one token or grouped, no dual,
+ * rows of at most half a warp's blocks (of B values). */
+static bool mv_half_rows(const cuda_backend *c, int B, int64_t K, bool one_row_group, bool dual) {
+    return c->mv_half && !dual && one_row_group && B >= 32 && K / B * 2 <= 32 / (B / 32);
+}
+
+static int type_block(uint32_t type) { /* values per block of a quantized type; 0: a float type */
+    switch (type) {
+#define TB_CASE(T)                                                                                 \
+    case T: return qtraits<T>::B;
+        CUDA_QTYPES(TB_CASE)
+#undef TB_CASE
+    default: return 0;
+    }
+}
+
+bool cuda_mv_encodes(const cuda_backend *c, uint32_t type, int64_t K) {
+    return c->mv_encode && mv_half_rows(c, type_block(type), K, true, false) && cuda_act_type(type) == QT_Q8_K &&
+           K % 256 == 0 && K <= 512;
+}
+
 template <int T> static void mv_q(cuda_backend *c, const mv_args &a, bool dual) {
     const bool grouped = a.s.table != nullptr;
-    constexpr int BPI = 32 / (qtraits<T>::B / 32);
+    const bool half = mv_half_rows(c, qtraits<T>::B, a.K, grouped || a.n == 1, dual);
+    if (a.xin && !half) {
+        fprintf(stderr, "sluice: CUDA matvec: in-kernel encoding without half-warp rows\n");
+        abort();
+    }
     if (grouped || a.n == 1) {
         if (dual) launch_mv(k_mv_q<T, 1, true>, c, a, 1);
-        else if (c->mv_half && a.K / qtraits<T>::B * 2 <= BPI) launch_mv(k_mv_q<T, 1, false, 16>, c, a, 1, 8);
+        else if (half) launch_mv(k_mv_q<T, 1, false, 16>, c, a, 1, 8);
         else launch_mv(k_mv_q<T, 1, false>, c, a, 1);
     } else {
         if (dual) launch_mv(k_mv_q<T, 8, true>, c, a, 8);
@@ -479,9 +526,11 @@ template <int WT> static void mv_f(cuda_backend *c, const mv_args &a, bool dual)
 }
 
 void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const mm_src *s,
-                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout) {
+                 const mm_src *s2, const qact *a, int n, float *out, int64_t ostride, float *xout,
+                 const float *xin) {
     mv_args A;
     A.xout = xout;
+    A.xin = xin;
     A.s = *s;
     A.s2 = s2 ? *s2 : *s;
     A.a = *a;
