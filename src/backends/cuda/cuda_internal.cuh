@@ -69,6 +69,7 @@ __device__ __forceinline__ void ktrace_stamp() {
 void cuda_ktrace_attach_matmul(void *p);
 void cuda_ktrace_attach_moe(void *p);
 void cuda_ktrace_attach_ops(void *p);
+void cuda_ktrace_attach_attention(void *p);
 extern std::vector<const void *> *cuda_ktrace_log; /* kernels launched, while recording */
 #else
 #define KTRACE_TU(name)
@@ -279,6 +280,22 @@ enum {
     SCR_TMP = 3,
     SCR_COUNT = 8
 };
+
+/* Pair i of a head (dims i0, i1) at position pos, rotated with the CPU's angle recipe. Shared by
+ * k_rope and the attention-input kernels, so both give the same bits. */
+__device__ __forceinline__ void rope_dims(int i, int half, int neox, int *i0, int *i1) {
+    *i0 = neox ? i : 2 * i;
+    *i1 = neox ? i + half : 2 * i + 1;
+}
+__device__ __forceinline__ void rope_rotate(int i, float pos, float theta_scale, float x0, float x1, float *y0,
+                                            float *y1) {
+    float theta = pos;
+    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, theta_scale);
+    const float cs = cosf(theta), sn = sinf(theta);
+    *y0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+    *y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
 
 static inline cuda_backend *CB(backend *b) { return reinterpret_cast<cuda_backend *>(b); }
 

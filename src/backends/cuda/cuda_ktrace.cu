@@ -33,6 +33,7 @@ void cuda_ktrace_init(cuda_backend *c) {
     cuda_ktrace_attach_matmul(c->ktrace);
     cuda_ktrace_attach_moe(c->ktrace);
     cuda_ktrace_attach_ops(c->ktrace);
+    cuda_ktrace_attach_attention(c->ktrace);
     fprintf(stderr, "sluice: kernel trace on (every kernel's block 0 stamps its start)\n");
 }
 
@@ -119,6 +120,7 @@ void cuda_ktrace_free(cuda_backend *c) {
     cuda_ktrace_attach_matmul(nullptr);
     cuda_ktrace_attach_moe(nullptr);
     cuda_ktrace_attach_ops(nullptr);
+    cuda_ktrace_attach_attention(nullptr);
     cudaFree(c->ktrace);
     c->ktrace = nullptr;
 }
