@@ -34,7 +34,8 @@
 #             "VAR=1 ...[;VAR2=1 ...]" also times pp2048 and decode with each ';'-separated set of
 #             variables, then decode without them once more (an A/B/A in one call)
 #   ktrace    kernel trace of the decode graph (sluice-ktrace from KTRACE=1 pack.sh): per kernel,
-#             the time from its start to the next one's, on both shapes (src/backends/cuda/cuda_ktrace.cu)
+#             the time from its start to the next one's, on both shapes (src/backends/cuda/cuda_ktrace.cu);
+#             KTRACE_ENV="VAR=1 ...[;VAR2=1 ...]": one more trace per ';'-separated set of variables
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -377,6 +378,16 @@ if has ktrace; then # needs sluice-ktrace in bin.tar.xz (KTRACE=1 bench/cuda/pac
     say "ktrace $(basename "$f"): rc=$?"
     cp "$W/ktrace.log" "$OUT/ktrace-$(basename "$f" .gguf).log"
     grep -E "^\| [qQ]|kernel trace" "$W/ktrace.log" >> "$OUT/summary.txt"
+    if [ -n "${KTRACE_ENV:-}" ]; then # one more trace per ';'-separated set of variables
+      IFS=';' read -ra KSETS <<< "$KTRACE_ENV"
+      for ki in "${!KSETS[@]}"; do
+        env ${KSETS[$ki]} SLUICE_CUDA_KTRACE=1 timeout 120 "$KT" bench -m "$f" --gpu -p 16 -n 128 -r 1 \
+          > "$W/ktrace.log" 2>&1
+        say "ktrace $(basename "$f") with ${KSETS[$ki]}: rc=$?"
+        cp "$W/ktrace.log" "$OUT/ktrace-$(basename "$f" .gguf)-v$((ki + 1)).log"
+        grep -E "^\| [qQ]|kernel trace" "$W/ktrace.log" | sed "s/^/[${KSETS[$ki]}] /" >> "$OUT/summary.txt"
+      done
+    fi
   done
 fi
 

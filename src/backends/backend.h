@@ -76,6 +76,11 @@ typedef struct backend_ops {
      * nothing changed; the caller runs both. */
     bool (*add_rmsnorm)(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim,
                         float eps, float *y);
+    /* Optional fusion of rmsnorm (x = the norm of x times w, rows of dim) and swiglu (g =
+     * silu(g) * x over the same n_rows x dim values): every value exactly as the two ops give
+     * it. false: not done (shape or backend), nothing changed; the caller runs both. */
+    bool (*rmsnorm_swiglu)(backend *b, float *x, const tview *w, int n_rows, int dim, float eps,
+                           float *g);
     /* Rotate the first n_rot dims of each head of x [n_tok][n_head][head_dim] in place. */
     void (*rope)(backend *b, float *x, int n_tok, int n_head, int head_dim, int n_rot,
                  const int32_t *pos, float freq_base, rope_mode mode);
@@ -434,6 +439,14 @@ static inline void be_qk_norm_rope_store(backend *b, float *q, float *k, const f
     b->ops->rope(b, q, n, n_head, head_dim, n_rot, pos, freq_base, mode);
     b->ops->rope(b, k, n, n_head_kv, head_dim, n_rot, pos, freq_base, mode);
     b->ops->kv_store(b, kc, vc, k, v, n, pos, row_k, row_v);
+}
+/* x = rmsnorm(x) * w, then g = silu(g) * x: the backend's fused op when it takes the shape,
+ * else both ops (see rmsnorm_swiglu). */
+static inline void be_rmsnorm_swiglu(backend *b, float *x, const tview *w, int n_rows, int dim,
+                                     float eps, float *g) {
+    if (b->ops->rmsnorm_swiglu && b->ops->rmsnorm_swiglu(b, x, w, n_rows, dim, eps, g)) return;
+    b->ops->rmsnorm(b, x, w, n_rows, dim, eps, x);
+    b->ops->swiglu(b, g, x, (size_t)n_rows * dim);
 }
 /* x += a, then y = rmsnorm(x) * w: the backend's fused op when it takes the shape, else both
  * ops (see add_rmsnorm). */

@@ -188,12 +188,12 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
 
     /* gated RMSNorm per value head: norm_w * rmsnorm(o) * silu(z), then the output projection;
      * qwen4exp gates with sigmoid(z) instead (its only difference from this layer) */
-    be_rmsnorm(be, H->out, &S->norm, n * Hv, Dv, hp->rms_eps, H->out);
     if (hp->ssm_gate_sigmoid) {
+        be_rmsnorm(be, H->out, &S->norm, n * Hv, Dv, hp->rms_eps, H->out);
         be_sigmoid_mul(be, H->out, H->z, n * Hv, Dv, Dv);
         be_matmul(be, &S->out, H->out, n, st->tmp);
         return;
     }
-    be_swiglu(be, H->z, H->out, (size_t)n * VD);
+    be_rmsnorm_swiglu(be, H->out, &S->norm, n * Hv, Dv, hp->rms_eps, H->z);
     be_matmul(be, &S->out, H->z, n, st->tmp);
 }

@@ -5,10 +5,10 @@
  * 1. codecs: every device weight type decodes a row to exactly the CPU's floats, and its dot
  *    product (device activation encoding, integer dot) matches the CPU's within float order;
  * 2. ops: each backend operation on random inputs, device vs CPU (matrix products in every
- *    kernel family: 1, <= 8 and tiled rows; attention decode and prefill; the fused attention
- *    input (q/k norms, RoPE, KV store) and the residual add + norm against the plain ops bit
- *    for bit; the delta rule; the router; routed experts through the expert table, decode and
- *    tiled);
+ *    kernel family: 1, <= 8 and tiled rows, and two types in one launch; attention decode and
+ *    prefill; the fused attention input (q/k norms, RoPE, KV store), the residual add + norm
+ *    and the gated norm against the plain ops bit for bit; the delta rule; the router; routed
+ *    experts through the expert table, decode and tiled);
  * 3. models: all-position logits of the prompt (DIR/NAME.prompt.ids, else synthetic ids) and a
  *    greedy continuation, GPU vs CPU (tolerance below); then the GPU's own invariants, bit for
  *    bit: a second run, the VRAM-streamed expert cache at floor / middle / full size with misses
@@ -241,6 +241,45 @@ static void test_matmul(backend *c, backend *g) {
                same ? "bit-identical to one matmul each" : "DIFFERS");
         EXPECT(same, "%s matmul_multi differs from matmul", quant_type_name(mtypes[ti]));
     }
+    /* matrices of two K-quant types in one call (one launch for a token, k_mv_q_mix): each
+     * output bit-identical to its own matmul, for every pair the launch is built for, with
+     * runs of 1-3 matrices of each type, and a mix it declines (three types) */
+    {
+        const uint32_t kq[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+        const int64_t K2 = 2048, hr[4] = {1000, 37, 300, 8};
+        int cases = 0;
+        bool same = true;
+        for (int a = 0; a < 3; a++)
+            for (int b2 = 0; b2 < 3; b2++)
+                for (int split = 1; split <= 3 && (a != b2 || split == 1); split++) {
+                    const int nw = a == b2 ? 3 : split + (split == 3 ? 1 : 2 - (split == 2));
+                    tview ws[4];
+                    for (int m = 0; m < nw; m++)
+                        ws[m] = make_weight(a == b2 ? kq[m] : m < split ? kq[a] : kq[b2], K2, hr[m], 0.3f);
+                    const tview *wp[4] = {&ws[0], &ws[1], &ws[2], &ws[3]};
+                    float *x = rand_vec((size_t)K2, 1.0f);
+                    float *xd = dev_copy(g, x, (size_t)K2 * sizeof *x);
+                    float *od[4], *os[4];
+                    for (int m = 0; m < nw; m++) {
+                        od[m] = be_alloc(g, (size_t)hr[m] * sizeof(float));
+                        os[m] = be_alloc(g, (size_t)hr[m] * sizeof(float));
+                        be_matmul(g, wp[m], xd, 1, os[m]);
+                    }
+                    be_matmul_multi(g, nw, wp, xd, 1, od);
+                    for (int m = 0; m < nw; m++) {
+                        float *ha = host_of(g, od[m], (size_t)hr[m]), *hb = host_of(g, os[m], (size_t)hr[m]);
+                        same = same && memcmp(ha, hb, (size_t)hr[m] * sizeof(float)) == 0;
+                        free(ha); free(hb);
+                        be_mfree(g, od[m]); be_mfree(g, os[m]);
+                    }
+                    free(x);
+                    be_mfree(g, xd);
+                    cases++;
+                }
+        printf("  two K-quant types in one matmul_multi (%d mixes, one token): %s\n", cases,
+               same ? "bit-identical to one matmul each" : "DIFFERS");
+        EXPECT(same, "matmul_multi of two types differs from matmul");
+    }
     /* a decode-sized rmsnorm encodes its output for the next K-quant product itself: that
      * product must equal one whose input was encoded by the encoder kernel (a copy of it) */
     /* host weights stay allocated: the backend caches their uploads by host address */
@@ -437,6 +476,59 @@ static void test_add_norm(backend *g) {
         }
         free(x); free(a); free(hx1); free(hx2); free(hy1); free(hy2);
         be_mfree(g, x1); be_mfree(g, x2); be_mfree(g, ad); be_mfree(g, y1); be_mfree(g, y2);
+    }
+}
+
+/* The fused gated norm (rmsnorm then swiglu) against the two ops on the device, bit for bit
+ * (the normed x and the gated g), and the Q4_K output product of the gated values, which
+ * reads the fused kernel's own Q8_K encoding for one token, against the same product of a
+ * copy encoded by the encoder kernel; a width it does not take is refused untouched. */
+static void test_norm_swiglu(backend *g) {
+    printf("== rmsnorm + swiglu fused (gated norm)\n");
+    if (!g->ops->rmsnorm_swiglu) {
+        EXPECT(false, "rmsnorm_swiglu: no such op");
+        return;
+    }
+    static const int shapes[4][2] = {{32, 128}, {8 * 32, 128}, {64, 64}, {32, 96}};
+    for (int si = 0; si < 4; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        const size_t len = (size_t)rows * dim;
+        float *x = rand_vec(len, 2.0f), *z = rand_vec(len, 2.0f);
+        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
+        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
+                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "gated norm"};
+        float *x1 = dev_copy(g, x, len * 4), *x2 = dev_copy(g, x, len * 4);
+        float *z1 = dev_copy(g, z, len * 4), *z2 = dev_copy(g, z, len * 4);
+        be_rmsnorm(g, x1, &wt, rows, dim, 1e-6f, x1);
+        be_swiglu(g, z1, x1, len);
+        const bool done = g->ops->rmsnorm_swiglu(g, x2, &wt, rows, dim, 1e-6f, z2);
+        float *hx1 = host_of(g, x1, len), *hx2 = host_of(g, x2, len), *hz1 = host_of(g, z1, len),
+              *hz2 = host_of(g, z2, len);
+        if (dim != 96) {
+            bool same = done && memcmp(hx1, hx2, len * 4) == 0 && memcmp(hz1, hz2, len * 4) == 0;
+            bool prod = true;
+            if (same && len <= 16384) { /* one token: the product reads the kernel's encoding */
+                const int64_t R2 = 200;
+                tview wo = make_weight(GGML_TYPE_Q4_K, (int64_t)len, R2, 0.3f);
+                float *o1 = be_alloc(g, R2 * 4), *o2 = be_alloc(g, R2 * 4), *zc = be_alloc(g, len * 4);
+                be_matmul(g, &wo, z2, 1, o1);
+                be_copy_rows(g, zc, len, z2, len, 1, (int)len);
+                be_matmul(g, &wo, zc, 1, o2);
+                float *h1 = host_of(g, o1, R2), *h2 = host_of(g, o2, R2);
+                prod = memcmp(h1, h2, R2 * 4) == 0;
+                free(h1); free(h2);
+                be_mfree(g, o1); be_mfree(g, o2); be_mfree(g, zc);
+            }
+            printf("  %d x %d: %s%s\n", rows, dim, !done ? "NOT RUN" : same ? "bit-identical to rmsnorm + swiglu" : "DIFFERS",
+                   len <= 16384 ? (prod ? "; its Q8_K product too" : "; its Q8_K product DIFFERS") : "");
+            EXPECT(same && prod, "rmsnorm_swiglu %d x %d", rows, dim);
+        } else {
+            const bool untouched = memcmp(hx2, x, len * 4) == 0 && memcmp(hz2, z, len * 4) == 0;
+            printf("  %d x %d: %s\n", rows, dim, done ? "taken (unexpected)" : untouched ? "refused, untouched" : "refused, CHANGED");
+            EXPECT(!done && untouched, "rmsnorm_swiglu %d x %d refused", rows, dim);
+        }
+        free(x); free(z); free(hx1); free(hx2); free(hz1); free(hz2);
+        be_mfree(g, x1); be_mfree(g, x2); be_mfree(g, z1); be_mfree(g, z2);
     }
 }
 
@@ -938,6 +1030,7 @@ int main(int argc, char **argv) {
         test_norm_rope_attn(c, g);
         test_qk_fused(g);
         test_add_norm(g);
+        test_norm_swiglu(g);
         test_ssm(c, g);
         test_moe(c, g);
     }

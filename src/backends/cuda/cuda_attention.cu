@@ -40,8 +40,12 @@ struct att_args {
     float scale;
 };
 
-template <int DV>
-__global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
+/* RPW: rows a warp holds: ATT_RPW, or 1 when a block has at most ATT_WARPS rows (one-token
+ * decode at up to 8 query heads per KV head). Eight rows' accumulators held 203 registers a
+ * thread, one block an SM, so the 256 blocks of a 30B-A3B-shape decode launch ran in two
+ * waves; at one row, 64 registers and three blocks an SM. */
+template <int DV, int RPW>
+__global__ void __launch_bounds__(ATT_WARPS * 32, RPW == 1 ? 3 : 1) k_attn(att_args A) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     extern __shared__ __align__(16) float sm[];
     const int hd = A.hd, hdv = A.hd_v;
@@ -68,9 +72,9 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
         k_begin = min(split * per, nkv_max);
         k_end = min(k_begin + per, nkv_max);
     }
-    float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][DV];
+    float m[RPW], l[RPW], o[RPW][DV];
 #pragma unroll
-    for (int r = 0; r < ATT_RPW; r++) {
+    for (int r = 0; r < RPW; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
         cp_wait<0>();
         __syncthreads();
 #pragma unroll
-        for (int rr = 0; rr < ATT_RPW; rr++) {
+        for (int rr = 0; rr < RPW; rr++) {
             const int r = warp + rr * ATT_WARPS;
             const int t = t0 + r / G, h = kvh * G + r % G;
             if (r >= rows || t >= A.n) continue; /* warp-uniform */
@@ -163,7 +167,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args A) {
         }
     }
 #pragma unroll
-    for (int rr = 0; rr < ATT_RPW; rr++) {
+    for (int rr = 0; rr < RPW; rr++) {
         const int r = warp + rr * ATT_WARPS;
         const int t = t0 + r / G, h = kvh * G + r % G;
         if (r >= rows || t >= A.n) continue;
@@ -463,13 +467,13 @@ static size_t attn_prefill_smem(const cuda_backend *c, int n, int G, int hd, int
     return bytes <= (size_t)c->prop.sharedMemPerBlockOptin ? bytes : 0;
 }
 
-template <int DV> static void attn_launch(cuda_backend *c, const att_args &a, dim3 grid, size_t smem) {
+template <int DV, int RPW> static void attn_launch(cuda_backend *c, const att_args &a, dim3 grid, size_t smem) {
     static size_t set = 0;
     if (smem > set) {
-        CU(cudaFuncSetAttribute(k_attn<DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU(cudaFuncSetAttribute(k_attn<DV, RPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         set = smem;
     }
-    pdl_launch(k_attn<DV>, grid, ATT_WARPS * 32, smem, c->stream, a);
+    pdl_launch(k_attn<DV, RPW>, grid, ATT_WARPS * 32, smem, c->stream, a);
     CU_LAUNCH();
 }
 
@@ -517,10 +521,17 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
     const size_t smem =
         ((size_t)ATT_KT * att_key_stride(hd) + (size_t)ATT_KT * hd_v + (size_t)ATT_WARPS * hd) * sizeof(float);
     const int dv = (hd_v + 31) / 32;
-    if (dv <= 1) attn_launch<1>(c, a, grid, smem);
-    else if (dv <= 2) attn_launch<2>(c, a, grid, smem);
-    else if (dv <= 4) attn_launch<4>(c, a, grid, smem);
-    else attn_launch<8>(c, a, grid, smem);
+    if (a.qt * G <= ATT_WARPS && !c->attn_wide) {
+        if (dv <= 1) attn_launch<1, 1>(c, a, grid, smem);
+        else if (dv <= 2) attn_launch<2, 1>(c, a, grid, smem);
+        else if (dv <= 4) attn_launch<4, 1>(c, a, grid, smem);
+        else attn_launch<8, 1>(c, a, grid, smem);
+    } else {
+        if (dv <= 1) attn_launch<1, ATT_RPW>(c, a, grid, smem);
+        else if (dv <= 2) attn_launch<2, ATT_RPW>(c, a, grid, smem);
+        else if (dv <= 4) attn_launch<4, ATT_RPW>(c, a, grid, smem);
+        else attn_launch<8, ATT_RPW>(c, a, grid, smem);
+    }
     if (a.splits > 1) {
         pdl_launch(k_attn_combine, (unsigned)(n * n_head), 128, 0, c->stream, a.part, a.splits, hd_v, out);
         CU_LAUNCH();

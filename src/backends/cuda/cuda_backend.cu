@@ -830,6 +830,7 @@ static backend_ops make_ops() {
     o.gdn_conv_split = cuda_op_gdn_conv_split;
     o.qk_norm_rope_store = cuda_op_qk_norm_rope_store;
     o.add_rmsnorm = cuda_op_add_rmsnorm;
+    o.rmsnorm_swiglu = cuda_op_rmsnorm_swiglu;
     o.gdn_gates = cuda_op_gdn_gates;
     o.alloc = op_alloc;
     o.mfree = op_mfree;
@@ -915,6 +916,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
     c->attn_rows = getenv("SLUICE_CUDA_ATTN_ROWS") != nullptr;
     c->no_qk_fuse = getenv("SLUICE_CUDA_NO_QK_FUSE") != nullptr;
+    c->attn_wide = getenv("SLUICE_CUDA_ATTN_WIDE") != nullptr;
     c->no_add_norm = getenv("SLUICE_CUDA_NO_ADD_NORM") != nullptr;
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
     c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 3;
@@ -922,6 +924,8 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;
     c->mv_encode = !getenv("SLUICE_CUDA_MV_ENCODE") || atoi(getenv("SLUICE_CUDA_MV_ENCODE")) != 0;
+    c->norm_swiglu = !getenv("SLUICE_CUDA_NORM_SWIGLU") || atoi(getenv("SLUICE_CUDA_NORM_SWIGLU")) != 0;
+    c->mv_mix = !getenv("SLUICE_CUDA_MV_MIX") || atoi(getenv("SLUICE_CUDA_MV_MIX")) != 0;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     cuda_ktrace_init(c);
     CU(cudaGetDeviceProperties(&c->prop, p->device));

@@ -253,6 +253,8 @@ struct cuda_backend {
     bool graph_timing;
     bool attn_rows;            /* SLUICE_CUDA_ATTN_ROWS: prefill attention by the warp-per-row kernel */
     bool no_qk_fuse;           /* SLUICE_CUDA_NO_QK_FUSE: q/k norms, RoPE and KV store as five ops */
+    bool attn_wide;            /* SLUICE_CUDA_ATTN_WIDE: decode attention with eight rows' registers
+                                * a thread even for one row a warp (k_attn RPW, measurement) */
     bool no_add_norm;          /* SLUICE_CUDA_NO_ADD_NORM: the residual add and the norm as two ops */
     bool mm_cols64;            /* SLUICE_CUDA_MM_COLS64: dense tiled products in 64-column blocks */
     bool act_trace;            /* SLUICE_CUDA_ACT_TRACE: every activation encoding, eviction and drop */
@@ -260,6 +262,9 @@ struct cuda_backend {
     bool mv_half;              /* rows of at most half a warp's blocks take half a warp each
                                 * (k_mv_q W = 16); SLUICE_CUDA_MV_HALF=0 turns it off */
     bool mv_encode;            /* cuda_mv_encodes: SLUICE_CUDA_MV_ENCODE=0 turns it off */
+    bool norm_swiglu;          /* rmsnorm_swiglu fused (k_norm_swiglu); SLUICE_CUDA_NORM_SWIGLU=0 off */
+    bool mv_mix;               /* one token's products by matrices of two K-quant types in one
+                                * launch (k_mv_q_mix); SLUICE_CUDA_MV_MIX=0 turns it off */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:
@@ -442,6 +447,7 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
 void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out);
 void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
 void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim);
+bool cuda_op_rmsnorm_swiglu(backend *b, float *x, const tview *w, int n_rows, int dim, float eps, float *g);
 bool cuda_op_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim, float eps,
                          float *y);
 bool cuda_op_qk_norm_rope_store(backend *b, float *q, float *k, const float *v, int n, int n_head,

@@ -155,7 +155,9 @@ struct mv_args {
     const uint8_t *mw[MV_MULTI_MAX];
     int64_t mrows[MV_MULTI_MAX];
     float *mout[MV_MULTI_MAX];
+    uint32_t mrb[MV_MULTI_MAX]; /* each matrix's row bytes (two types in one launch differ) */
     unsigned mboff[MV_MULTI_MAX + 1];
+    int nm1; /* k_mv_q_mix: matrices nm1 .. nm - 1 are of its second type */
     int pf; /* cuda_backend::mv_prefetch */
     float *xout; /* the extra slots' output (mm_src::extra) */
     /* the F32 activations, encoded to Q8_K by each block itself (half-warp rows of K <= 512,
@@ -178,6 +180,7 @@ __device__ __forceinline__ mv_part mv_pick(const mv_args &A) {
         int m = 0;
         while (m + 1 < A.nm && p.bx >= A.mboff[m + 1]) m++;
         p.s.w = A.mw[m];
+        p.s.row_bytes = A.mrb[m];
         p.rows = A.mrows[m];
         p.out = A.mout[m];
         p.ostride = A.mrows[m];
@@ -372,6 +375,29 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
     } else if (live) {
         mv_q_row<T, NT, DUAL>(A, P, row, lane);
     }
+}
+
+/* One token's products of one input by matrices of two types (k_mv_q's one-row form): matrices
+ * 0 .. nm1 - 1 of T1, the rest of T2, both read the same Q8_K activations. Each row is
+ * mv_q_row's, so the same bits as the two launches it replaces. A linear-attention layer's
+ * input projections (Q6_K qkv, Q4_K z / beta / alpha) and an attention layer's q / k / v are
+ * two launches otherwise; here the smaller one's blocks run beside the larger one's. */
+template <int T1, int T2>
+__global__ void __launch_bounds__(128) k_mv_q_mix(mv_args A) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const mv_part P = mv_pick(A);
+    const bool second = blockIdx.x >= A.mboff[A.nm1];
+    const int64_t row = (int64_t)P.bx * 4 + warp;
+    const bool live = row < P.rows;
+    if ((A.pf & 1) && live) {
+        const uint32_t len = second ? (uint32_t)(A.K / qtraits<T2>::B) * qtraits<T2>::BYTES
+                                    : (uint32_t)(A.K / qtraits<T1>::B) * qtraits<T1>::BYTES;
+        mv_prefetch_row<false>(P.s.w + (size_t)row * P.s.row_bytes, nullptr, len, lane);
+    }
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    if (!live) return;
+    if (second) mv_q_row<T2, 1, false>(A, P, row, lane);
+    else mv_q_row<T1, 1, false>(A, P, row, lane);
 }
 
 template <int WT> __device__ __forceinline__ float wval(const uint8_t *r, int64_t i) {
@@ -1056,9 +1082,71 @@ void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *ou
  * matrix-vector path go out as one launch (each row computed exactly as alone); the rest one
  * by one. A decode step's layer input meets 2-4 such matrices (the linear-attention input
  * projections, q/k/v, the router and the shared expert's gate), each launch ~3-5 us. */
+/* The K-quant type pairs k_mv_q_mix is built for. */
+#define MV_MIX_PAIRS(F)                                                                          \
+    F(QT_Q4_K, QT_Q6_K) F(QT_Q6_K, QT_Q4_K) F(QT_Q4_K, QT_Q5_K) F(QT_Q5_K, QT_Q4_K) F(QT_Q5_K, QT_Q6_K) \
+        F(QT_Q6_K, QT_Q5_K)
+
+/* One token's products by matrices of exactly two types (a run of each, in that order), of one
+ * width, in one k_mv_q_mix launch; false: not this case (nothing launched). */
+static bool mv_mixed(cuda_backend *c, int nw, const tview *const *w, const float *x, float *const *out) {
+    if (!c->mv_mix || nw < 2 || nw > MV_MULTI_MAX) return false;
+    const uint32_t t1 = w[0]->type;
+    int i1 = 1;
+    while (i1 < nw && w[i1]->type == t1) i1++;
+    if (i1 == nw) return false;
+    const uint32_t t2 = w[i1]->type;
+    const int64_t K = w[0]->ne[0];
+    for (int k = 0; k < nw; k++)
+        if (w[k]->ne[0] != K || w[k]->type != (k < i1 ? t1 : t2)) return false;
+    bool pair = false;
+#define MIX_OK(A1, A2) pair = pair || (t1 == (uint32_t)(A1) && t2 == (uint32_t)(A2));
+    MV_MIX_PAIRS(MIX_OK)
+#undef MIX_OK
+    if (!pair || cuda_act_type(t1) != cuda_act_type(t2) || K % 256 ||
+        mv_half_rows(c, type_block(t1), K, true, false) || mv_half_rows(c, type_block(t2), K, true, false))
+        return false;
+    cuda_prof_begin(c);
+    mv_args A;
+    memset(&A, 0, sizeof A);
+    A.s.row_bytes = w[0]->row_bytes;
+    A.s.act_div = 1;
+    A.s2 = A.s;
+    A.a = cuda_act(c, x, 1, K, t1);
+    A.K = K;
+    A.n = 1;
+    A.tb = c->tables;
+    A.pf = c->mv_prefetch;
+    A.nm = nw;
+    A.nm1 = i1;
+    for (int m = 0; m < nw; m++) {
+        A.mw[m] = (const uint8_t *)cuda_weight(c, w[m]->data, w[m]->row_bytes * (size_t)w[m]->ne[1]);
+        A.mrows[m] = w[m]->ne[1];
+        A.mout[m] = out[m];
+        A.mrb[m] = (uint32_t)w[m]->row_bytes;
+    }
+    A.s.w = A.mw[0];
+    A.rows = A.mrows[0];
+    A.out = A.mout[0];
+    A.ostride = A.mrows[0];
+    const dim3 grid(mv_blocks(A, 4), 1);
+#define MIX_LAUNCH(A1, A2)                                                                       \
+    if (t1 == (uint32_t)(A1) && t2 == (uint32_t)(A2)) pdl_launch(k_mv_q_mix<A1, A2>, grid, 128, 0, c->stream, A);
+    MV_MIX_PAIRS(MIX_LAUNCH)
+#undef MIX_LAUNCH
+    CU_LAUNCH();
+    for (int m = 0; m < nw; m++) cuda_act_invalidate_range(c, out[m], (size_t)w[m]->ne[1] * sizeof(float));
+    cuda_prof_end(c, "matmul (1 row, two types)");
+    return true;
+}
+
 void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float *x, int n,
                           float *const *out) {
     cuda_backend *c = CB(b);
+    if (n == 1) {
+        for (int k = 0; k < nw; k++) check_type(w[k]);
+        if (mv_mixed(c, nw, w, x, out)) return;
+    }
     for (int i = 0; i < nw;) {
         const int64_t K = w[i]->ne[0];
         int j = i + 1;
@@ -1088,6 +1176,7 @@ void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float
             A.mw[m] = (const uint8_t *)cuda_weight(c, w[k]->data, w[k]->row_bytes * (size_t)w[k]->ne[1]);
             A.mrows[m] = w[k]->ne[1];
             A.mout[m] = out[k];
+            A.mrb[m] = (uint32_t)w[k]->row_bytes;
         }
         A.s.w = A.mw[0];
         A.rows = A.mrows[0];
