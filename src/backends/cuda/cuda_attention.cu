@@ -561,7 +561,6 @@ __global__ void __launch_bounds__(32) k_qk_norm_rope_store(float *q, float *k, c
     float *x = (isq ? q : k) + (size_t)idx * HD;
     const float *w = isq ? qw : kw;
     float vals[PER];
-    double s = 0.0;
     if constexpr (HD == 256) { /* k_norm8: elements 8 lane + j */
 #pragma unroll
         for (int j = 0; j < PER; j++) vals[j] = x[8 * lane + j];
@@ -569,11 +568,7 @@ __global__ void __launch_bounds__(32) k_qk_norm_rope_store(float *q, float *k, c
 #pragma unroll
         for (int j = 0; j < PER; j++) vals[j] = x[lane + 32 * j];
     }
-#pragma unroll
-    for (int j = 0; j < PER; j++) s += (double)__fmul_rn(vals[j], vals[j]);
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / HD), eps)));
+    const float scale = warp_rms_scale(vals, HD, eps);
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         const int e = HD == 256 ? 8 * lane + j : lane + 32 * j;

@@ -286,6 +286,19 @@ enum {
     SCR_COUNT = 8
 };
 
+/* The RMSNorm scale of a row of dim values held by one warp, PER a lane: squares summed in
+ * double in the order the lane holds them, the fixed butterfly, 1 / sqrt(mean + eps). It is
+ * the arithmetic of k_norm<false, 32> (lane-strided values) and of k_norm8 at 256 values (one
+ * warp, eight consecutive a lane), so kernels that norm a head row by one warp give their bits. */
+template <int PER> __device__ __forceinline__ float warp_rms_scale(const float (&v)[PER], int dim, float eps) {
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < PER; j++) s += (double)__fmul_rn(v[j], v[j]);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / dim), eps)));
+}
+
 /* Pair i of a head (dims i0, i1) at position pos, rotated with the CPU's angle recipe. Shared by
  * k_rope and the attention-input kernels, so both give the same bits. */
 __device__ __forceinline__ void rope_dims(int i, int half, int neox, int *i0, int *i1) {

@@ -1082,6 +1082,21 @@ void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *ou
  * matrix-vector path go out as one launch (each row computed exactly as alone); the rest one
  * by one. A decode step's layer input meets 2-4 such matrices (the linear-attention input
  * projections, q/k/v, the router and the shared expert's gate), each launch ~3-5 us. */
+/* The nw matrices of one launch (matrix m: w[m] into out[m]); the first is also the plain one. */
+static void mv_set_matrices(cuda_backend *c, mv_args &A, int nw, const tview *const *w, float *const *out) {
+    A.nm = nw;
+    for (int m = 0; m < nw; m++) {
+        A.mw[m] = (const uint8_t *)cuda_weight(c, w[m]->data, w[m]->row_bytes * (size_t)w[m]->ne[1]);
+        A.mrows[m] = w[m]->ne[1];
+        A.mout[m] = out[m];
+        A.mrb[m] = (uint32_t)w[m]->row_bytes;
+    }
+    A.s.w = A.mw[0];
+    A.rows = A.mrows[0];
+    A.out = A.mout[0];
+    A.ostride = A.mrows[0];
+}
+
 /* The K-quant type pairs k_mv_q_mix is built for. */
 #define MV_MIX_PAIRS(F)                                                                          \
     F(QT_Q4_K, QT_Q6_K) F(QT_Q6_K, QT_Q4_K) F(QT_Q4_K, QT_Q5_K) F(QT_Q5_K, QT_Q4_K) F(QT_Q5_K, QT_Q6_K) \
@@ -1117,18 +1132,8 @@ static bool mv_mixed(cuda_backend *c, int nw, const tview *const *w, const float
     A.n = 1;
     A.tb = c->tables;
     A.pf = c->mv_prefetch;
-    A.nm = nw;
+    mv_set_matrices(c, A, nw, w, out);
     A.nm1 = i1;
-    for (int m = 0; m < nw; m++) {
-        A.mw[m] = (const uint8_t *)cuda_weight(c, w[m]->data, w[m]->row_bytes * (size_t)w[m]->ne[1]);
-        A.mrows[m] = w[m]->ne[1];
-        A.mout[m] = out[m];
-        A.mrb[m] = (uint32_t)w[m]->row_bytes;
-    }
-    A.s.w = A.mw[0];
-    A.rows = A.mrows[0];
-    A.out = A.mout[0];
-    A.ostride = A.mrows[0];
     const dim3 grid(mv_blocks(A, 4), 1);
 #define MIX_LAUNCH(A1, A2)                                                                       \
     if (t1 == (uint32_t)(A1) && t2 == (uint32_t)(A2)) pdl_launch(k_mv_q_mix<A1, A2>, grid, 128, 0, c->stream, A);
@@ -1170,18 +1175,7 @@ void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float
         A.n = n;
         A.tb = c->tables;
         A.pf = c->mv_prefetch;
-        A.nm = j - i;
-        for (int k = i; k < j; k++) {
-            const int m = k - i;
-            A.mw[m] = (const uint8_t *)cuda_weight(c, w[k]->data, w[k]->row_bytes * (size_t)w[k]->ne[1]);
-            A.mrows[m] = w[k]->ne[1];
-            A.mout[m] = out[k];
-            A.mrb[m] = (uint32_t)w[k]->row_bytes;
-        }
-        A.s.w = A.mw[0];
-        A.rows = A.mrows[0];
-        A.out = A.mout[0];
-        A.ostride = A.mrows[0];
+        mv_set_matrices(c, A, j - i, w + i, out + i);
         switch (w[i]->type) {
 #define MV_CASE(T)                                                                               \
     case T: mv_q<T>(c, A, false); break;

@@ -195,14 +195,9 @@ __global__ void __launch_bounds__(256 / DIM * 32) k_norm_swiglu(float *x, const 
     const size_t row = (size_t)blockIdx.x * (256 / DIM) + warp;
     float *xr = x + row * DIM, *gr = g + row * DIM;
     float v[PER];
-    double s = 0.0;
 #pragma unroll
     for (int j = 0; j < PER; j++) v[j] = xr[lane + 32 * j];
-#pragma unroll
-    for (int j = 0; j < PER; j++) s += (double)__fmul_rn(v[j], v[j]);
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(s / DIM), eps)));
+    const float scale = warp_rms_scale(v, DIM, eps);
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         const int e = lane + 32 * j;
