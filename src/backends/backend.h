@@ -76,6 +76,11 @@ typedef struct backend_ops {
      * nothing changed; the caller runs both. */
     bool (*add_rmsnorm)(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim,
                         float eps, float *y);
+    /* Optional fusion of moe_tail (x += y + s * sigmoid(g)) and rmsnorm (out = the norm of the
+     * new x times w): every value exactly as the two ops give it. false: not done (shape or
+     * backend), nothing changed; the caller runs both. */
+    bool (*moe_tail_rmsnorm)(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim,
+                             const tview *w, float eps, float *out);
     /* Optional fusion of rmsnorm (x = the norm of x times w, rows of dim) and swiglu (g =
      * silu(g) * x over the same n_rows x dim values): every value exactly as the two ops give
      * it. false: not done (shape or backend), nothing changed; the caller runs both. */
@@ -447,6 +452,14 @@ static inline void be_rmsnorm_swiglu(backend *b, float *x, const tview *w, int n
     if (b->ops->rmsnorm_swiglu && b->ops->rmsnorm_swiglu(b, x, w, n_rows, dim, eps, g)) return;
     b->ops->rmsnorm(b, x, w, n_rows, dim, eps, x);
     b->ops->swiglu(b, g, x, (size_t)n_rows * dim);
+}
+/* moe_tail, then y = rmsnorm(x) * w (the next layer's input norm): the backend's fused op when
+ * it takes the shape, else both (see moe_tail_rmsnorm). */
+static inline void be_moe_tail_rmsnorm(backend *b, float *x, float *yv, float *s, const float *g, int n_rows,
+                                       int dim, const tview *w, float eps, float *y) {
+    if (b->ops->moe_tail_rmsnorm && b->ops->moe_tail_rmsnorm(b, x, yv, s, g, n_rows, dim, w, eps, y)) return;
+    be_moe_tail(b, x, yv, s, g, n_rows, dim);
+    b->ops->rmsnorm(b, x, w, n_rows, dim, eps, y);
 }
 /* x += a, then y = rmsnorm(x) * w: the backend's fused op when it takes the shape, else both
  * ops (see add_rmsnorm). */

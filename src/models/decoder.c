@@ -124,14 +124,17 @@ int decoder_forward(const sluice_model *m, model_state *st, backend *be, const i
     be_embed(be, &m->tok_embd, ids, n, st->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        /* the layer before normed this layer's input already (its tail, fused) */
+        if (il == 0) be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         attention_block(m, st, be, il, n, pos0);
         be_add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        const tview *next = il + 1 < hp->n_layer ? &m->layers[il + 1].attn_norm : NULL;
         if (L->ffn_gate_inp.data) {
-            if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
+            if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x, next, st->cur) != 0) return -1;
         } else {
             dense_ffn(m, st, be, il, n);
-            be_add(be, st->x, st->tmp, (size_t)n * E);
+            if (next) be_add_rmsnorm(be, st->x, st->tmp, next, n, hp->n_embd, hp->rms_eps, st->cur);
+            else be_add(be, st->x, st->tmp, (size_t)n * E);
         }
     }
     if (!logits) return 0; /* an intermediate prompt chunk */

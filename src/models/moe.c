@@ -149,7 +149,7 @@ bool moe_host_free(const sluice_model *m, const model_state *st, const backend *
 }
 
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
-                int n, float *out, float *residual) {
+                int n, float *out, float *residual, const tview *next_norm, float *next_out) {
     const hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
     const int k = hp->n_expert_used, E = hp->n_embd;
@@ -275,7 +275,10 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     }
 
     /* llama.cpp's order: routed sum + (shared output * gate), then the residual */
-    if (residual)
+    if (residual && next_norm)
+        be_moe_tail_rmsnorm(be, residual, out, shared ? st->shexp_out : NULL, shared ? st->shexp_gate : NULL, n,
+                            E, next_norm, hp->rms_eps, next_out);
+    else if (residual)
         be_moe_tail(be, residual, out, shared ? st->shexp_out : NULL,
                     shared ? st->shexp_gate : NULL, n, E);
     else if (shared)

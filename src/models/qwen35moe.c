@@ -384,11 +384,13 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
     be_embed(be, &m->tok_embd, ids, n, st->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
+        /* the MoE layer before normed this layer's input already (its tail, fused) */
+        if (il == 0) be_rmsnorm(be, st->x, &L->attn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
         if (L->recurrent) gdn_layer_forward(m, st, be, il, n);
         else gated_attention(m, st, be, il, n, pos0);
         be_add_rmsnorm(be, st->x, st->tmp, &L->ffn_norm, n, hp->n_embd, hp->rms_eps, st->cur);
-        if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x) != 0) return -1;
+        const tview *next = il + 1 < hp->n_layer ? &m->layers[il + 1].attn_norm : NULL;
+        if (moe_forward(m, st, be, il, st->cur, n, st->tmp, st->x, next, st->cur) != 0) return -1;
     }
     if (!logits) return 0; /* an intermediate prompt chunk */
     const float *rows = all_logits ? st->x : st->x + (size_t)(n - 1) * E;

@@ -501,7 +501,7 @@ static int q4x_forward(const sluice_model *m, model_state *st, backend *be,
         else qsa_attention(m, st, be, il, n, pos0);
         hc_write(m, st, be, st->tmp, n);
         hc_read(m, st, be, &X->ffn, st->x, n, st->cur);
-        if (moe_forward(m, st, be, il, st->cur, n, st->tmp, NULL) != 0) return -1;
+        if (moe_forward(m, st, be, il, st->cur, n, st->tmp, NULL, NULL, NULL) != 0) return -1;
         hc_write(m, st, be, st->tmp, n);
     }
     if (q->ple_layer >= 0) ngram_advance(q, xs, tokens, n);

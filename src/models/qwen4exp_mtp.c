@@ -167,7 +167,7 @@ int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float
     qsa_attention(m, st, be, L, n, pos0);
     be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
     hc_read(m, st, be, &X->ffn, xs->mtp_x, n, st->cur);
-    const int rc = moe_forward(m, st, be, L, st->cur, n, st->tmp, NULL);
+    const int rc = moe_forward(m, st, be, L, st->cur, n, st->tmp, NULL, NULL, NULL);
     st->route_fn = route;
     if (rc != 0) return -1;
     be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);

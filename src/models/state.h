@@ -65,10 +65,11 @@ void model_output_logits(const sluice_model *m, model_state *st, backend *be, co
 /* MoE feed-forward for n tokens of layer il: out[t] = sum_k w_tk * expert_k(x[t]) (models/moe.c),
  * plus sigmoid(g · x[t]) * shared_expert(x[t]) when the layer has a shared expert. With
  * residual != NULL that sum is added into residual instead (one fused step on backends that
- * have it, same bits) and out is left holding only the routed part.
- * 0, or -1 when the expert store fails. */
+ * have it, same bits) and out is left holding only the routed part; with next_norm too, the
+ * next layer's input norm follows, next_out = rmsnorm(residual) * next_norm (again one step
+ * where the backend fuses them). 0, or -1 when the expert store fails. */
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
-                int n, float *out, float *residual);
+                int n, float *out, float *residual, const tview *next_norm, float *next_out);
 
 /* True when the MoE layers need nothing from the host during a forward pass (the expert table
  * is complete and no layer-by-layer cache fills it): a device backend may then capture the

@@ -6,8 +6,8 @@
  *    product (device activation encoding, integer dot) matches the CPU's within float order;
  * 2. ops: each backend operation on random inputs, device vs CPU (matrix products in every
  *    kernel family: 1, <= 8 and tiled rows, and two types in one launch; attention decode and
- *    prefill; the fused attention input (q/k norms, RoPE, KV store), the residual add + norm
- *    and the gated norm against the plain ops bit for bit; the delta rule; the router; routed
+ *    prefill; the fused attention input (q/k norms, RoPE, KV store), the residual add + norm,
+ *    the MoE tail + next norm and the gated norm against the plain ops bit for bit; the delta rule; the router; routed
  *    experts through the expert table, decode and tiled);
  * 3. models: all-position logits of the prompt (DIR/NAME.prompt.ids, else synthetic ids) and a
  *    greedy continuation, GPU vs CPU (tolerance below); then the GPU's own invariants, bit for
@@ -372,9 +372,27 @@ static void test_norm_rope_attn(backend *c, backend *g) {
             be_attention(g, qd, kcd, vcd, n, pos0, n_head, n_head_kv, hd, hd, 1.0f / sqrtf((float)hd), od);
             float *og = host_of(g, od, qn);
             const double ea = rel_err(og, oc, qn);
-            printf("  hd %3d n %2d pos0 %3d: rope rel %.2g  attention rel %.2g\n", hd, n, pos0, er, ea);
+            /* decode: the split combine encodes its output for the output projection; that
+             * product must equal one whose input the encoder kernel encoded (a copy) */
+            bool prod = true;
+            if (n <= 8) {
+                const int64_t R2 = 96, K2 = (int64_t)n_head * hd;
+                tview wo = make_weight(GGML_TYPE_Q4_K, K2, R2, 0.3f);
+                float *o1 = be_alloc(g, (size_t)n * R2 * 4), *o2 = be_alloc(g, (size_t)n * R2 * 4);
+                float *cp = be_alloc(g, qn * 4);
+                be_matmul(g, &wo, od, n, o1);
+                be_copy_rows(g, cp, (size_t)K2, od, (size_t)K2, n, (int)K2);
+                be_matmul(g, &wo, cp, n, o2);
+                float *h1 = host_of(g, o1, (size_t)n * R2), *h2 = host_of(g, o2, (size_t)n * R2);
+                prod = memcmp(h1, h2, (size_t)n * R2 * 4) == 0;
+                free(h1); free(h2);
+                be_mfree(g, o1); be_mfree(g, o2); be_mfree(g, cp);
+            }
+            printf("  hd %3d n %2d pos0 %3d: rope rel %.2g  attention rel %.2g%s\n", hd, n, pos0, er, ea,
+                   n > 8 ? "" : prod ? ", its Q8_K product bit-identical" : ", its Q8_K product DIFFERS");
             EXPECT(er < 1e-5, "rope hd %d n %d", hd, n);
             EXPECT(ea < 1e-4, "attention hd %d n %d pos0 %d: %.3g", hd, n, pos0, ea);
+            EXPECT(prod, "attention's own Q8_K encoding differs from the encoder's (hd %d n %d)", hd, n);
             free(q); free(k); free(v); free(kc); free(vc); free(qg); free(oc); free(og); free(tok);
             be_mfree(g, qd); be_mfree(g, kd); be_mfree(g, vd); be_mfree(g, kcd); be_mfree(g, vcd);
             be_mfree(g, od);
@@ -476,6 +494,60 @@ static void test_add_norm(backend *g) {
         }
         free(x); free(a); free(hx1); free(hx2); free(hy1); free(hy2);
         be_mfree(g, x1); be_mfree(g, x2); be_mfree(g, ad); be_mfree(g, y1); be_mfree(g, y2);
+    }
+}
+
+/* The MoE layer's tail fused with the next layer's input norm against moe_tail then rmsnorm on
+ * the device, bit for bit (x, y, s and the norm), with and without the shared expert's terms;
+ * a width the fused form does not take is refused with everything untouched. */
+static void test_tail_norm(backend *g) {
+    printf("== moe_tail + rmsnorm fused\n");
+    if (!g->ops->moe_tail_rmsnorm) {
+        EXPECT(false, "moe_tail_rmsnorm: no such op");
+        return;
+    }
+    static const int shapes[4][3] = {{1, 2048, 1}, {5, 2048, 0}, {3, 4096, 1}, {3, 320, 1}};
+    for (int si = 0; si < 4; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1], sh = shapes[si][2];
+        const size_t len = (size_t)rows * dim;
+        float *x = rand_vec(len, 1.0f), *y = rand_vec(len, 1.0f), *sv = rand_vec(len, 1.0f);
+        float *gv = rand_vec((size_t)rows, 2.0f);
+        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
+        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
+                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "norm"};
+        float *d[2][5];
+        for (int v = 0; v < 2; v++) {
+            d[v][0] = dev_copy(g, x, len * 4);
+            d[v][1] = dev_copy(g, y, len * 4);
+            d[v][2] = dev_copy(g, sv, len * 4);
+            d[v][3] = dev_copy(g, gv, (size_t)rows * 4);
+            d[v][4] = be_alloc(g, len * 4);
+        }
+        be_moe_tail(g, d[0][0], d[0][1], sh ? d[0][2] : NULL, sh ? d[0][3] : NULL, rows, dim);
+        be_rmsnorm(g, d[0][0], &wt, rows, dim, 1e-6f, d[0][4]);
+        const bool done = g->ops->moe_tail_rmsnorm(g, d[1][0], d[1][1], sh ? d[1][2] : NULL, sh ? d[1][3] : NULL,
+                                                   rows, dim, &wt, 1e-6f, d[1][4]);
+        bool same = true, untouched = true;
+        const float *orig[3] = {x, y, sv};
+        for (int k = 0; k < 5; k++) {
+            if (k == 3) continue;
+            float *a = host_of(g, d[0][k], len), *b = host_of(g, d[1][k], len);
+            same = same && memcmp(a, b, len * 4) == 0;
+            if (k < 3) untouched = untouched && memcmp(b, orig[k], len * 4) == 0;
+            free(a);
+            free(b);
+        }
+        if (dim % 256 == 0) {
+            printf("  %d x %d%s: %s\n", rows, dim, sh ? " (shared expert)" : "",
+                   !done ? "NOT RUN" : same ? "bit-identical to moe_tail + rmsnorm" : "DIFFERS");
+            EXPECT(done && same, "moe_tail_rmsnorm %d x %d", rows, dim);
+        } else {
+            printf("  %d x %d: %s\n", rows, dim, done ? "taken (unexpected)" : untouched ? "refused, untouched" : "refused, CHANGED");
+            EXPECT(!done && untouched, "moe_tail_rmsnorm %d x %d refused", rows, dim);
+        }
+        for (int v = 0; v < 2; v++)
+            for (int k = 0; k < 5; k++) be_mfree(g, d[v][k]);
+        free(x); free(y); free(sv); free(gv);
     }
 }
 
@@ -1031,6 +1103,7 @@ int main(int argc, char **argv) {
         test_qk_fused(g);
         test_add_norm(g);
         test_norm_swiglu(g);
+        test_tail_norm(g);
         test_ssm(c, g);
         test_moe(c, g);
     }

@@ -194,47 +194,59 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, RPW == 1 ? 3 : 1) k_attn(att_a
     }
 }
 
-/* One block per (token, head): the splits in order. The splits' maxima and sums are read at
- * once into shared memory and the live ones (any visible key) listed with their weights, so
- * that each output dim adds only those: with a short context most of the 64 are empty, and a
- * loop over all of them per dim was ~5 us of every attention layer's decode. The sums are the
- * same, in the same order, as adding every split and skipping the empty ones. */
-__global__ void k_attn_combine(const float *part, int splits, int hdv, float *out) {
+/* R rows (token, head) a block, blockDim / R threads each: the splits in order. The splits'
+ * maxima and sums are read at once into shared memory and the live ones (any visible key)
+ * listed with their weights, so that each output dim adds only those: with a short context
+ * most of the 64 are empty, and a loop over all of them per dim was ~5 us of every attention
+ * layer's decode. The sums are the same, in the same order, as adding every split and skipping
+ * the empty ones. q (R hdv = 256, one thread a value): the block's 256 outputs are also encoded
+ * to Q8_K by q8k_block, the encoder kernel's function, for the output projection, whose
+ * encoding launch (1.6 us a layer) then does not run. */
+template <int R>
+__global__ void k_attn_combine(const float *part, int splits, int hdv, float *out, int8_t *q, float *qd, int *qbs) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    __shared__ float ms_s[ATT_SPLITS], ls_s[ATT_SPLITS], w_s[ATT_SPLITS];
-    __shared__ int live_s[ATT_SPLITS];
-    __shared__ int n_live_s;
-    __shared__ float inv_s;
-    const size_t row = blockIdx.x;
+    __shared__ float ms_s[R][ATT_SPLITS], ls_s[R][ATT_SPLITS], w_s[R][ATT_SPLITS];
+    __shared__ int live_s[R][ATT_SPLITS];
+    __shared__ int n_live_s[R];
+    __shared__ float inv_s[R];
+    __shared__ __align__(16) float enc[256];
+    const int nt = blockDim.x / R, r = threadIdx.x / nt, tid = threadIdx.x % nt;
+    const size_t row = (size_t)blockIdx.x * R + r;
     const float *pp = part + row * splits * (2 + hdv);
-    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-        ms_s[s] = pp[(size_t)s * (2 + hdv)];
-        ls_s[s] = pp[(size_t)s * (2 + hdv) + 1];
+    for (int s = tid; s < splits; s += nt) {
+        ms_s[r][s] = pp[(size_t)s * (2 + hdv)];
+        ls_s[r][s] = pp[(size_t)s * (2 + hdv) + 1];
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
         float M = -INFINITY;
-        for (int s = 0; s < splits; s++) M = fmaxf(M, ms_s[s]);
+        for (int s = 0; s < splits; s++) M = fmaxf(M, ms_s[r][s]);
         float L = 0.0f;
         int nl = 0;
         for (int s = 0; s < splits; s++) {
-            if (ms_s[s] == -INFINITY) continue;
-            const float w = expf(__fsub_rn(ms_s[s], M));
-            L = __fadd_rn(L, __fmul_rn(ls_s[s], w));
-            live_s[nl] = s;
-            w_s[nl++] = w;
+            if (ms_s[r][s] == -INFINITY) continue;
+            const float w = expf(__fsub_rn(ms_s[r][s], M));
+            L = __fadd_rn(L, __fmul_rn(ls_s[r][s], w));
+            live_s[r][nl] = s;
+            w_s[r][nl++] = w;
         }
-        n_live_s = nl;
-        inv_s = __fdiv_rn(1.0f, L);
+        n_live_s[r] = nl;
+        inv_s[r] = __fdiv_rn(1.0f, L);
     }
     __syncthreads();
-    const int nl = n_live_s;
-    const float inv = inv_s;
-    for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
+    const int nl = n_live_s[r];
+    const float inv = inv_s[r];
+    for (int d = tid; d < hdv; d += nt) {
         float O = 0.0f;
-        for (int i = 0; i < nl; i++) O = __fadd_rn(O, __fmul_rn(pp[(size_t)live_s[i] * (2 + hdv) + 2 + d], w_s[i]));
-        out[row * hdv + d] = __fmul_rn(O, inv);
+        for (int i = 0; i < nl; i++) O = __fadd_rn(O, __fmul_rn(pp[(size_t)live_s[r][i] * (2 + hdv) + 2 + d], w_s[r][i]));
+        const float v = __fmul_rn(O, inv);
+        out[row * hdv + d] = v;
+        if (q) enc[r * hdv + d] = v;
     }
+    if (!q) return;
+    __syncthreads();
+    if (threadIdx.x < 32)
+        q8k_block(enc, threadIdx.x, q + (size_t)blockIdx.x * 256, qd + blockIdx.x, qbs + (size_t)blockIdx.x * 16);
 }
 
 /* Prefill (n > 8) on the tensor cores: 64 query rows (of one KV head) x 64 keys per step. The
@@ -532,11 +544,28 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
         else if (dv <= 4) attn_launch<4, ATT_RPW>(c, a, grid, smem);
         else attn_launch<8, ATT_RPW>(c, a, grid, smem);
     }
+    cuda_act_invalidate_range(c, out, (size_t)n * n_head * hd_v * sizeof(float));
     if (a.splits > 1) {
-        pdl_launch(k_attn_combine, (unsigned)(n * n_head), 128, 0, c->stream, a.part, a.splits, hd_v, out);
+        /* the output's Q8_K encoding too, when its rows cut into whole blocks of 256 */
+        const int64_t K = (int64_t)n_head * hd_v;
+        if (c->attn_encode && (hd_v == 64 || hd_v == 128 || hd_v == 256) && K % 256 == 0) {
+            const qact e = cuda_act_reserve(c, out, n, K, QT_Q8_K);
+            const unsigned blocks = (unsigned)((size_t)n * K / 256);
+            int8_t *eq = (int8_t *)e.q;
+            float *ed = (float *)e.d;
+            int *ebs = (int *)e.bs;
+            if (hd_v == 64)
+                pdl_launch(k_attn_combine<4>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+            else if (hd_v == 128)
+                pdl_launch(k_attn_combine<2>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+            else
+                pdl_launch(k_attn_combine<1>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+        } else {
+            pdl_launch(k_attn_combine<1>, (unsigned)(n * n_head), 128, 0, c->stream, a.part, a.splits, hd_v, out,
+                       (int8_t *)nullptr, (float *)nullptr, (int *)nullptr);
+        }
         CU_LAUNCH();
     }
-    cuda_act_invalidate_range(c, out, (size_t)n * n_head * hd_v * sizeof(float));
     cuda_prof_end(c, n <= 8 ? "attention (decode)" : "attention (prefill)");
 }
 /* ---- attention input: q/k norms, RoPE, KV store in one launch --------------------------------------

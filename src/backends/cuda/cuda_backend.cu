@@ -831,6 +831,7 @@ static backend_ops make_ops() {
     o.qk_norm_rope_store = cuda_op_qk_norm_rope_store;
     o.add_rmsnorm = cuda_op_add_rmsnorm;
     o.rmsnorm_swiglu = cuda_op_rmsnorm_swiglu;
+    o.moe_tail_rmsnorm = cuda_op_moe_tail_rmsnorm;
     o.gdn_gates = cuda_op_gdn_gates;
     o.alloc = op_alloc;
     o.mfree = op_mfree;
@@ -924,6 +925,8 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;
     c->mv_encode = !getenv("SLUICE_CUDA_MV_ENCODE") || atoi(getenv("SLUICE_CUDA_MV_ENCODE")) != 0;
+    c->no_tail_norm = getenv("SLUICE_CUDA_NO_TAIL_NORM") != nullptr;
+    c->attn_encode = !getenv("SLUICE_CUDA_ATTN_ENCODE") || atoi(getenv("SLUICE_CUDA_ATTN_ENCODE")) != 0;
     c->norm_swiglu = !getenv("SLUICE_CUDA_NORM_SWIGLU") || atoi(getenv("SLUICE_CUDA_NORM_SWIGLU")) != 0;
     c->mv_mix = !getenv("SLUICE_CUDA_MV_MIX") || atoi(getenv("SLUICE_CUDA_MV_MIX")) != 0;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");

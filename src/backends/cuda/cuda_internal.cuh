@@ -262,6 +262,9 @@ struct cuda_backend {
     bool mv_half;              /* rows of at most half a warp's blocks take half a warp each
                                 * (k_mv_q W = 16); SLUICE_CUDA_MV_HALF=0 turns it off */
     bool mv_encode;            /* cuda_mv_encodes: SLUICE_CUDA_MV_ENCODE=0 turns it off */
+    bool no_tail_norm;         /* SLUICE_CUDA_NO_TAIL_NORM: moe_tail and the next norm as two ops */
+    bool attn_encode;          /* decode attention's split combine encodes its output to Q8_K
+                                * (k_attn_combine q); SLUICE_CUDA_ATTN_ENCODE=0 turns it off */
     bool norm_swiglu;          /* rmsnorm_swiglu fused (k_norm_swiglu); SLUICE_CUDA_NORM_SWIGLU=0 off */
     bool mv_mix;               /* one token's products by matrices of two K-quant types in one
                                 * launch (k_mv_q_mix); SLUICE_CUDA_MV_MIX=0 turns it off */
@@ -460,6 +463,8 @@ void cuda_matmul_tiled(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, 
 void cuda_op_embed(backend *b, const tview *w, const int32_t *ids, int n, float *out);
 void cuda_op_matmul(backend *b, const tview *w, const float *x, int n, float *out, int out_stride);
 void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim);
+bool cuda_op_moe_tail_rmsnorm(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim,
+                              const tview *w, float eps, float *out);
 bool cuda_op_rmsnorm_swiglu(backend *b, float *x, const tview *w, int n_rows, int dim, float eps, float *g);
 bool cuda_op_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, int n_rows, int dim, float eps,
                          float *y);

@@ -13,6 +13,7 @@
 
 KTRACE_TU(ops) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
 
+__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 /* silu(g) * u, rounded as the CPU rounds it (swiglu, and the fused gated norm) */
 __device__ __forceinline__ float silu_mul_f(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
@@ -75,8 +76,9 @@ __global__ void __launch_bounds__(NT) k_norm(const float *x, const float *w, int
  * back. Squares are summed in double per thread in element order, then the fixed butterfly,
  * then the warps' sums in warp order. The layout depends on dim alone, so a row gives the same
  * bits in any batch. */
-__global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *add, float *xo, const float *w, int dim,
-                                                float eps, float *y, int8_t *q, float *qd, int *qbs) {
+__global__ void __launch_bounds__(1024) k_norm8(const float *x, float *add, float *s_, const float *g, float *xo,
+                                                const float *w, int dim, float eps, float *y, int8_t *q, float *qd,
+                                                int *qbs) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ double part[32];
     __shared__ float scale_s;
@@ -88,9 +90,24 @@ __global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *add
         v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     }
     if (add) { /* the residual add first (add_rmsnorm): x = x + add, k_add's sum, written back */
-        const float *ar = add + (size_t)row * dim + 8 * tid;
+        float *ar = add + (size_t)row * dim + 8 * tid;
         const float4 a = *reinterpret_cast<const float4 *>(ar), b = *reinterpret_cast<const float4 *>(ar + 4);
-        const float av[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float av[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (s_) { /* moe_tail's steps first: s = s * sigmoid(g), add += s (both written back) */
+            float *sr = s_ + (size_t)row * dim + 8 * tid;
+            const float gate = sigmoidf_(g[row]);
+            const float4 c = *reinterpret_cast<const float4 *>(sr), d = *reinterpret_cast<const float4 *>(sr + 4);
+            float sv[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                sv[j] = __fmul_rn(sv[j], gate);
+                av[j] = __fadd_rn(av[j], sv[j]);
+            }
+            *reinterpret_cast<float4 *>(sr) = make_float4(sv[0], sv[1], sv[2], sv[3]);
+            *reinterpret_cast<float4 *>(sr + 4) = make_float4(sv[4], sv[5], sv[6], sv[7]);
+            *reinterpret_cast<float4 *>(ar) = make_float4(av[0], av[1], av[2], av[3]);
+            *reinterpret_cast<float4 *>(ar + 4) = make_float4(av[4], av[5], av[6], av[7]);
+        }
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], av[j]);
         float *xw = xo + (size_t)row * dim + 8 * tid;
@@ -137,15 +154,21 @@ __global__ void __launch_bounds__(1024) k_norm8(const float *x, const float *add
  * apply (nothing launched) */
 template <bool L2>
 static bool launch_norm(cuda_backend *c, const float *x, const float *w, int n_rows, int dim, float eps,
-                        float *y, float *add_x = nullptr, const float *add = nullptr) {
+                        float *y, float *add_x = nullptr, float *add = nullptr, float *s = nullptr,
+                        const float *g = nullptr) {
     if (n_rows <= 0) return true;
     /* the register form needs 16-byte aligned rows (every buffer here is device memory from
      * cudaMalloc or a 256-byte aligned weight upload) */
     const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
-                           reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(add)) & 15) == 0;
+                           reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(add) |
+                           reinterpret_cast<uintptr_t>(s)) & 15) == 0;
     const bool reg = !L2 && dim % 256 == 0 && dim / 8 <= 1024 && aligned;
     if (add && !reg) return false;
     if (add) cuda_act_invalidate_range(c, add_x, (size_t)n_rows * dim * sizeof(float));
+    if (s) {
+        cuda_act_invalidate_range(c, add, (size_t)n_rows * dim * sizeof(float));
+        cuda_act_invalidate_range(c, s, (size_t)n_rows * dim * sizeof(float));
+    }
     cuda_act_invalidate_range(c, y, (size_t)n_rows * dim * sizeof(float));
     if (reg) {
         int8_t *q = nullptr;
@@ -157,7 +180,7 @@ static bool launch_norm(cuda_backend *c, const float *x, const float *w, int n_r
             qd = (float *)a.d;
             qbs = (int *)a.bs;
         }
-        pdl_launch(k_norm8, n_rows, dim / 8, 0, c->stream, x, add, add_x, w, dim, eps, y, q, qd, qbs);
+        pdl_launch(k_norm8, n_rows, dim / 8, 0, c->stream, x, add, s, g, add_x, w, dim, eps, y, q, qd, qbs);
         CU_LAUNCH();
         return true;
     }
@@ -174,8 +197,22 @@ bool cuda_op_add_rmsnorm(backend *b, float *x, const float *a, const tview *w, i
     if (c->no_add_norm) return false;
     cuda_prof_begin(c);
     const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
-    const bool done = launch_norm<false>(c, x, wd, n_rows, dim, eps, y, x, a);
+    const bool done = launch_norm<false>(c, x, wd, n_rows, dim, eps, y, x, const_cast<float *>(a));
     cuda_prof_end(c, "add + rmsnorm");
+    return done;
+}
+
+/* moe_tail then the next layer's input norm in k_norm8 (the tail's steps in its prologue, each
+ * rounded as k_moe_tail rounds it): the end of a MoE layer and the start of the next were two
+ * launches. Without s (no shared expert) it is add_rmsnorm with y as the addend. */
+bool cuda_op_moe_tail_rmsnorm(backend *b, float *x, float *y, float *s, const float *g, int n_rows, int dim,
+                              const tview *w, float eps, float *out) {
+    cuda_backend *c = CB(b);
+    if (c->no_tail_norm) return false;
+    cuda_prof_begin(c);
+    const float *wd = w && w->data ? (const float *)cuda_weight(c, w->data, (size_t)dim * sizeof(float)) : nullptr;
+    const bool done = launch_norm<false>(c, x, wd, n_rows, dim, eps, out, x, y, s, s ? g : nullptr);
+    cuda_prof_end(c, "moe_tail + rmsnorm");
     return done;
 }
 
@@ -329,7 +366,6 @@ void cuda_op_swiglu(backend *b, float *g, const float *u, size_t n) {
     cuda_prof_end(c, "swiglu");
 }
 
-__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 
 __global__ void k_sigmoid_mul(float *x, const float *g, int n_rows, int dim, int g_dim) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
