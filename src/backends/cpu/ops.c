@@ -177,12 +177,27 @@ static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) {
     return used;
 }
 
+/* Shares of a row-streaming product (the dot path: decode and short batches) per thread, 4:
+ * claimed by whichever thread is free, so a thread slowed by the other's memory traffic or by
+ * the OS does not leave the other waiting at the job's end (decode, 2 threads, alternating
+ * runs: 30B-A3B 6.59 -> 6.91 t/s, 35B-A3B 6.71 -> 7.12; bench/results/2026-11-30-cpu-shares.md).
+ * SLUICE_CPU_SHARES overrides (measurement). The rows each share computes, not which thread,
+ * decide every value. */
+static int dot_shares(const cpu_backend *c) {
+    static int per = 0;
+    if (!per) {
+        const char *e = getenv("SLUICE_CPU_SHARES");
+        per = e && atoi(e) > 0 ? atoi(e) : 4;
+    }
+    return per * threadpool_size(c->pool);
+}
+
 static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float *out,
                        int out_stride) {
     cpu_backend *c = (cpu_backend *)b;
     mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride};
     mm_prepare(c, &j, scratch(c, mm_scratch_bytes(w, n)));
-    threadpool_run(c->pool, mm_task, &j);
+    threadpool_run_shares(c->pool, mm_task, &j, j.tile ? threadpool_size(c->pool) : dot_shares(c));
 }
 
 /* ---- fused gate/up projection with SwiGLU -------------------------------------------------
@@ -237,7 +252,8 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
                  (n < MM_TILE_MIN_TOKS || (tg == NULL) == (tu == NULL)) &&
                  (!tg || !tu || tg->pack == tu->pack);
     size_t gb = mm_scratch_bytes(gate, n), ub = share ? 0 : mm_scratch_bytes(up, n);
-    size_t bufb = sizeof(float) * 2 * GU_ROWS * (size_t)n * (size_t)threadpool_size(c->pool);
+    const int shares = n >= MM_TILE_MIN_TOKS && (tg || tu) ? threadpool_size(c->pool) : dot_shares(c);
+    size_t bufb = sizeof(float) * 2 * GU_ROWS * (size_t)n * (size_t)shares;
     uint8_t *base = scratch(c, gb + ub + bufb);
     size_t used = mm_prepare(c, &j.g, base);
     if (share) {
@@ -251,7 +267,7 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
         used += mm_prepare(c, &j.u, base + used);
     }
     j.buf = (float *)(base + gb + ub);
-    threadpool_run(c->pool, gu_task, &j);
+    threadpool_run_shares(c->pool, gu_task, &j, shares);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------------ */

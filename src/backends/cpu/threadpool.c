@@ -41,6 +41,7 @@ struct threadpool {
     _Alignas(64) atomic_uint_fast64_t claim; /* generation << 32 | next share */
     _Alignas(64) atomic_int done;            /* shares finished in the current job */
     _Alignas(64) atomic_int sleepers;
+    atomic_int shares; /* of the current job */
     _Atomic(threadpool_fn) fn;
     _Atomic(void *) ctx;
     atomic_bool quit;
@@ -52,13 +53,14 @@ struct threadpool {
 static void run_shares(threadpool *p, uint32_t gen) {
     threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
     void *ctx = atomic_load_explicit(&p->ctx, memory_order_acquire);
+    const int shares = atomic_load_explicit(&p->shares, memory_order_acquire);
     uint_fast64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(c >> 32) != gen || (int)(uint32_t)c >= p->n) return;
+        if ((uint32_t)(c >> 32) != gen || (int)(uint32_t)c >= shares) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        fn(ctx, (int)(uint32_t)c, p->n);
+        fn(ctx, (int)(uint32_t)c, shares);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -104,6 +106,7 @@ threadpool *threadpool_new(int n_threads) {
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->sleepers, 0);
+    atomic_init(&p->shares, n_threads);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->ctx, NULL);
     atomic_init(&p->quit, false);
@@ -139,13 +142,16 @@ void threadpool_free(threadpool *p) {
 
 int threadpool_size(const threadpool *p) { return p->n; }
 
-void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx) {
-    if (p->n == 1) {
-        fn(ctx, 0, 1);
+void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx) { threadpool_run_shares(p, fn, ctx, p->n); }
+
+void threadpool_run_shares(threadpool *p, threadpool_fn fn, void *ctx, int shares) {
+    if (p->n == 1 || shares <= 1) {
+        for (int i = 0; i < shares; i++) fn(ctx, i, shares);
         return;
     }
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->shares, shares, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = (uint32_t)(atomic_load_explicit(&p->claim, memory_order_relaxed) >> 32) + 1;
     atomic_store(&p->claim, (uint_fast64_t)gen << 32); /* seq_cst publish (release for fn/ctx) */
@@ -155,5 +161,5 @@ void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     run_shares(p, gen);
-    while (atomic_load_explicit(&p->done, memory_order_acquire) != p->n) CPU_RELAX();
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != shares) CPU_RELAX();
 }

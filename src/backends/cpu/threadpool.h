@@ -15,6 +15,9 @@ threadpool *threadpool_new(int n_threads);
 void threadpool_free(threadpool *p);
 int threadpool_size(const threadpool *p);
 void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx);
+/* The same with `shares` shares (fn sees nth = shares), claimed by whichever thread is free:
+ * more shares than threads balance a job whose threads run at different speeds. */
+void threadpool_run_shares(threadpool *p, threadpool_fn fn, void *ctx, int shares);
 
 /* Contiguous share [*lo, *hi) of n items for share ith of nth: the first n % nth shares take
  * one item more. Every CPU op splits its work so. */
