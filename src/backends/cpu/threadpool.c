@@ -4,9 +4,11 @@
  * simply runs that share itself. Which thread runs a share never matters: a share's work is a
  * function of (ctx, ith, nth) alone, so results are the same bits.
  *
- * The counter packs (job generation << 32 | next share) in one 64-bit word, so a worker that
- * woke late can only claim shares of the job it saw published (a compare-and-swap on the
- * whole word), never a share of the next job with the previous job's function.
+ * The counter packs (job generation << 32 | shares << 16 | next share) in one 64-bit word, so
+ * a worker that woke late can only claim shares of the job it saw published (a
+ * compare-and-swap on the whole word), never a share of the next job with the previous job's
+ * function. The job's share count lives in the same word: read apart, a late worker could pair
+ * a new job's larger count with the old job's exhausted counter and run a share twice.
  *
  * Idle workers spin (pause) for a while, then sleep on a condition variable; the caller takes
  * the mutex only when some worker sleeps, so a hot dispatch is a few cache-line transfers.
@@ -38,10 +40,9 @@ struct threadpool {
     int n;
     worker *workers;
     /* written by the caller, read by workers; own cache line each group */
-    _Alignas(64) atomic_uint_fast64_t claim; /* generation << 32 | next share */
+    _Alignas(64) atomic_uint_fast64_t claim; /* generation << 32 | shares << 16 | next share */
     _Alignas(64) atomic_int done;            /* shares finished in the current job */
     _Alignas(64) atomic_int sleepers;
-    atomic_int shares; /* of the current job */
     _Atomic(threadpool_fn) fn;
     _Atomic(void *) ctx;
     atomic_bool quit;
@@ -53,14 +54,14 @@ struct threadpool {
 static void run_shares(threadpool *p, uint32_t gen) {
     threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
     void *ctx = atomic_load_explicit(&p->ctx, memory_order_acquire);
-    const int shares = atomic_load_explicit(&p->shares, memory_order_acquire);
     uint_fast64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(c >> 32) != gen || (int)(uint32_t)c >= shares) return;
+        const int shares = (int)((c >> 16) & 0xffff), next = (int)(c & 0xffff);
+        if ((uint32_t)(c >> 32) != gen || next >= shares) return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        fn(ctx, (int)(uint32_t)c, shares);
+        fn(ctx, next, shares);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -106,7 +107,6 @@ threadpool *threadpool_new(int n_threads) {
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->sleepers, 0);
-    atomic_init(&p->shares, n_threads);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->ctx, NULL);
     atomic_init(&p->quit, false);
@@ -145,16 +145,17 @@ int threadpool_size(const threadpool *p) { return p->n; }
 void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx) { threadpool_run_shares(p, fn, ctx, p->n); }
 
 void threadpool_run_shares(threadpool *p, threadpool_fn fn, void *ctx, int shares) {
+    if (shares > 0xffff) shares = 0xffff; /* the claim word's field */
     if (p->n == 1 || shares <= 1) {
         for (int i = 0; i < shares; i++) fn(ctx, i, shares);
         return;
     }
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->shares, shares, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = (uint32_t)(atomic_load_explicit(&p->claim, memory_order_relaxed) >> 32) + 1;
-    atomic_store(&p->claim, (uint_fast64_t)gen << 32); /* seq_cst publish (release for fn/ctx) */
+    /* seq_cst publish (release for fn/ctx) */
+    atomic_store(&p->claim, (uint_fast64_t)gen << 32 | (uint_fast64_t)shares << 16);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
