@@ -61,6 +61,13 @@ static float *rand_vec(size_t n, float scale) {
     return v;
 }
 
+/* A norm's F32 weight vector of dim random values. The host copy stays allocated: the device
+ * caches weights by host address, and a freed block could come back with other values. */
+static tview norm_weights(int dim, const char *name) {
+    return (tview){.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
+                   .mat_bytes = (size_t)dim * 4, .data = rand_vec((size_t)dim, 1.0f), .name = name};
+}
+
 /* max |a - b| / max |b| */
 static double rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
@@ -419,13 +426,7 @@ static void test_qk_fused(backend *g) {
                 int32_t tok[5] = {0};
                 const int32_t *ids, *pos;
                 be_set_inputs(g, tok, n, pos0, &ids, &pos);
-                /* the norm weights stay allocated: the device caches weights by host address */
-                float *qw = rand_vec((size_t)hd, 1.0f), *kw = rand_vec((size_t)hd, 1.0f);
-                tview qn_t = {.type = GGML_TYPE_F32, .ne = {hd, 1, 1, 1}, .row_bytes = (size_t)hd * 4,
-                              .mat_bytes = (size_t)hd * 4, .data = qw, .name = "q_norm"};
-                tview kn_t = qn_t;
-                kn_t.data = kw;
-                kn_t.name = "k_norm";
+                tview qn_t = norm_weights(hd, "q_norm"), kn_t = norm_weights(hd, "k_norm");
                 float *q = rand_vec(qn, 1.0f), *k = rand_vec((size_t)n * row_k, 1.0f), *v = rand_vec((size_t)n * row_v, 1.0f);
                 float *cache = rand_vec((size_t)ctx * row_k, 1.0f);
                 float *q1 = dev_copy(g, q, qn * 4), *k1 = dev_copy(g, k, (size_t)n * row_k * 4);
@@ -473,9 +474,7 @@ static void test_add_norm(backend *g) {
         const int rows = shapes[si][0], dim = shapes[si][1];
         const size_t len = (size_t)rows * dim;
         float *x = rand_vec(len, 1.0f), *a = rand_vec(len, 1.0f);
-        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
-        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
-                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "norm"};
+        tview wt = norm_weights(dim, "norm");
         float *x1 = dev_copy(g, x, len * 4), *x2 = dev_copy(g, x, len * 4), *ad = dev_copy(g, a, len * 4);
         float *y1 = be_alloc(g, len * 4), *y2 = be_alloc(g, len * 4);
         be_add(g, x1, ad, len);
@@ -512,9 +511,7 @@ static void test_tail_norm(backend *g) {
         const size_t len = (size_t)rows * dim;
         float *x = rand_vec(len, 1.0f), *y = rand_vec(len, 1.0f), *sv = rand_vec(len, 1.0f);
         float *gv = rand_vec((size_t)rows, 2.0f);
-        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
-        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
-                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "norm"};
+        tview wt = norm_weights(dim, "norm");
         float *d[2][5];
         for (int v = 0; v < 2; v++) {
             d[v][0] = dev_copy(g, x, len * 4);
@@ -566,9 +563,7 @@ static void test_norm_swiglu(backend *g) {
         const int rows = shapes[si][0], dim = shapes[si][1];
         const size_t len = (size_t)rows * dim;
         float *x = rand_vec(len, 2.0f), *z = rand_vec(len, 2.0f);
-        float *w = rand_vec((size_t)dim, 1.0f); /* stays allocated: weights are cached by host address */
-        tview wt = {.type = GGML_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
-                    .mat_bytes = (size_t)dim * 4, .data = w, .name = "gated norm"};
+        tview wt = norm_weights(dim, "gated norm");
         float *x1 = dev_copy(g, x, len * 4), *x2 = dev_copy(g, x, len * 4);
         float *z1 = dev_copy(g, z, len * 4), *z2 = dev_copy(g, z, len * 4);
         be_rmsnorm(g, x1, &wt, rows, dim, 1e-6f, x1);
