@@ -166,7 +166,13 @@ static void check_dots(rng *r, kernel_isa isa) {
         /* tiles: rows x tokens (packed in two halves, as threads would) against the dots */
         const kernel_tile *tile = kernel_tile_of(type);
         if (!tile) continue;
-        for (int rep = 0; rep < 8; rep++) {
+        /* reps 8, 9 (K-quants): every quant and sub-scale at its maximum against activations
+         * at -127 / +127, the integer sums at their largest (the Q4_K tile keeps 4-quad sums
+         * in int16: 16 * 15 * 127 is within its range only just) */
+        const bool kquant = type == GGML_TYPE_Q2_K || type == GGML_TYPE_Q3_K || type == GGML_TYPE_Q4_K ||
+                            type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+        for (int rep = 0; rep < (kquant ? 10 : 8); rep++) {
+            const bool extreme = rep >= 8;
             int64_t n = be * (1 + rnd(r) % (be >= 256 ? 12 : 40));
             int rows = 1 + (int)(rnd(r) % 11), toks = 1 + (int)(rnd(r) % (rep < 4 ? 16 : 40));
             size_t ws = quant_row_bytes(type, n), as = quant_row_bytes(t->act_type, n);
@@ -174,8 +180,16 @@ static void check_dots(rng *r, kernel_isa isa) {
             if (ws * rows > sizeof w || as * toks > sizeof a || (size_t)toks * 16 > sizeof out / sizeof out[0]) continue;
             uint8_t *packed = aligned_alloc(64, (pb + 63) / 64 * 64);
             for (int i = 0; i < rows; i++) rnd_weights(r, type, w + i * ws, n, x);
+            if (extreme) {
+                memset(w, 0xff, ws * rows);
+                const int *f = scale_fields(type);
+                for (int64_t bl = 0; bl < (int64_t)rows * n / be; bl++)
+                    for (int k = 0; f[k] >= 0; k++) put16(w + bl * t->block_bytes + f[k], 0x2c00); /* 1/16 */
+            }
             for (int i = 0; i < toks; i++) {
                 rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
+                if (extreme) /* all -1 encodes to -127; one larger +1 in a block flips the rest to +127 */
+                    for (int64_t j = 0; j < n; j++) x[j] = (i & 1) && j % 256 == 0 ? 1.5f : -1.0f;
                 at->quantize(x, a + i * as, n);
             }
             int mid = (toks + 15) / 16 / 2 * 16;

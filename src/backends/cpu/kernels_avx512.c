@@ -15,12 +15,16 @@
  * of the bytes of u0 / u1; scales 4..7 take their low nibble from u2's low nibbles and their top
  * two bits from the top of u0's bytes; mins 4..7 likewise from u2's high nibbles and u1. */
 static inline __m256i k4_scales16(const uint8_t *p) {
-    uint32_t u[3];
-    memcpy(u, p, 12);
-    const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, two = 0x03030303u;
-    uint32_t s0 = u[0] & low6, s1 = (u[2] & nib) | (((u[0] >> 6) & two) << 4);
-    uint32_t m0 = u[1] & low6, m1 = ((u[2] >> 4) & nib) | (((u[1] >> 6) & two) << 4);
-    return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)s0, (int)s1, (int)m0, (int)m1));
+    /* dwords [s0, s1, m0, m1] with s0 = u0 & 0x3f.., m0 = u1 & 0x3f..,
+     * s1 = (u2 & 0x0f..) | ((u0 >> 2) & 0x30..), m1 = ((u2 >> 4) & 0x0f..) | ((u1 >> 2) & 0x30..):
+     * ((u >> 6) & 3) << 4 is (u >> 2) & 0x30 per byte. The 16-byte load reads 4 bytes past the
+     * 12 scale bytes, inside the super-block (its quants follow). */
+    const __m128i u = _mm_loadu_si128((const __m128i *)p);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, 0x98), _mm_setr_epi32(0, 0, 0, 4)), /* u0 u2 u1 u2>>4 */
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2), /* u0 u0 u1 u1, >> 2 */
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
 }
 
 /* Reduce 16 int32 lanes (a) and 8 int32 lanes (b) to their two sums at once. */
@@ -514,9 +518,10 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
  * accumulated with vpdpbusd into their own int32 lanes (16 tokens), then multiplied by the
  * sub-block scale and added: the same exact integer isum per (row, token) as the reference.
  * Packed activations per 16 tokens and super-block (SB_PACK8 bytes): A8 [64 quads][16 tokens]
- * of 4 code bytes, da [16] floats, bsp [8][16] bsum pairs as above. */
+ * of 4 code bytes, da [16] floats, bsp [4][16] pairs of 32-value sums (sub-blocks 2i and 2i+1 as
+ * int16: at most 32 * 127 in magnitude), so that one vpdpwssd adds two sub-blocks' mins terms. */
 
-#define SB_PACK8 (64 * 64 + 64 + 8 * 64)
+#define SB_PACK8 (64 * 64 + 64 + 4 * 64)
 
 static size_t q8k_packed_bytes8(int64_t n, int toks) {
     return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK8;
@@ -533,14 +538,19 @@ static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int
                 int t = tb * 16 + k;
                 if (t >= toks) {
                     for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
-                    for (int j = 0; j < 8; j++) bsp[j * 16 + k] = 0;
+                    for (int i = 0; i < 4; i++) bsp[i * 16 + k] = 0;
                     da[k] = 0.0f;
                     continue;
                 }
                 const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
                 da[k] = ld_f32(y);
                 for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
-                for (int j = 0; j < 8; j++) bsp[j * 16 + k] = ld_u32(y + 260 + 4 * j);
+                for (int i = 0; i < 4; i++) {
+                    int16_t g[4]; /* the 16-value sums of sub-blocks 2i and 2i+1 */
+                    memcpy(g, y + 260 + 8 * i, 8);
+                    uint16_t lo = (uint16_t)(int16_t)(g[0] + g[1]), hi = (uint16_t)(int16_t)(g[2] + g[3]);
+                    bsp[i * 16 + k] = (uint32_t)lo | (uint32_t)hi << 16;
+                }
             }
         }
     }
@@ -548,13 +558,16 @@ static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int
 
 typedef struct k45_row8 {
     _Alignas(64) uint8_t q[256];
-    int32_t sc[8], mp[8];
+    _Alignas(32) int32_t sc[8];
+    int32_t mp[4]; /* mp[i]: the mins of sub-blocks 2i (low word) and 2i+1 (high word) */
     float d, dm;
 } k45_row8;
 
 static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int has_high) {
-    int16_t s[16];
-    _mm256_storeu_si256((__m256i *)s, k4_scales16(x + 4));
+    /* scales 0..7 widened to dwords; mins 0..7 as words are already the four (2i, 2i+1) pairs */
+    const __m256i s16 = k4_scales16(x + 4);
+    _mm256_store_si256((__m256i *)o->sc, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16)));
+    _mm_store_si128((__m128i *)o->mp, _mm256_extracti128_si256(s16, 1));
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
@@ -566,10 +579,6 @@ static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int h
         }
         _mm256_store_si256((__m256i *)(o->q + 64 * c), lo);
         _mm256_store_si256((__m256i *)(o->q + 64 * c + 32), hi);
-    }
-    for (int j = 0; j < 8; j++) {
-        o->sc[j] = s[j];
-        o->mp[j] = (int32_t)((uint32_t)(uint16_t)s[8 + j] * 0x10001u);
     }
     o->d = ld_f16(x);
     o->dm = ld_f16(x + 2);
@@ -583,82 +592,114 @@ static inline void k45_float(const k45_row8 *rw, int R, const uint8_t *blk, cons
     const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
     for (int r = 0; r < R; r++) {
         __m512i m = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++)
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[j]), _mm512_load_si512(bsp + j));
+        for (int i = 0; i < 4; i++)
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[i]), _mm512_load_si512(bsp + i));
         __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
         __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
         acc[r * stride] = _mm512_add_ps(acc[r * stride], _mm512_sub_ps(t, mt));
     }
 }
 
+/* A sub-block's sum over its 8 quads times the sub-block's scale, added to the row's isum.
+ * Q4_K (quants <= 15): a sum over 4 quads (16 products, at most 16 * 15 * 128 = 30720) fits an
+ * int16, so its dword (low word the sum, high word its sign) times [scale, 0] as words is
+ * one vpdpwssd: the exact product, two per sub-block instead of vpmulld (two uops) and an add.
+ * Q5_K (quants <= 31) overflows that bound and keeps vpmulld over the 8-quad sum. */
+
 /* Two 16-token blocks per pass over a super-block of 4 rows: each broadcast weight quad feeds
  * two vpdpbusd (one per token block) and each activation load four (one per row), where one
  * block per pass paid a broadcast per vpdpbusd. The integer sums per (row, token) are the same
  * exact values, and each block's float step is the same: the same bits. */
 static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
-                            __m512 *acc1, int stride) {
+                            __m512 *acc1, int stride, int has_high) {
     const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
                   *q3 = (const int32_t *)rw[3].q;
     const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
+    const int span = has_high ? 8 : 4; /* quads per partial sum */
     __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
     for (int sub = 0; sub < 8; sub++) {
-        __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00,
-                p31 = p00;
-        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
-            const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
-            __m512i b = _mm512_set1_epi32(q0[i]);
-            p00 = _mm512_dpbusd_epi32(p00, b, a0);
-            p01 = _mm512_dpbusd_epi32(p01, b, a1);
-            b = _mm512_set1_epi32(q1[i]);
-            p10 = _mm512_dpbusd_epi32(p10, b, a0);
-            p11 = _mm512_dpbusd_epi32(p11, b, a1);
-            b = _mm512_set1_epi32(q2[i]);
-            p20 = _mm512_dpbusd_epi32(p20, b, a0);
-            p21 = _mm512_dpbusd_epi32(p21, b, a1);
-            b = _mm512_set1_epi32(q3[i]);
-            p30 = _mm512_dpbusd_epi32(p30, b, a0);
-            p31 = _mm512_dpbusd_epi32(p31, b, a1);
-        }
         const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
                       s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
-        i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
-        i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
-        i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
-        i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
-        i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
-        i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
-        i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
-        i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
+        for (int h = 8 * sub; h < 8 * sub + 8; h += span) {
+            __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00,
+                    p31 = p00;
+            for (int i = h; i < h + span; i++) {
+                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
+                __m512i b = _mm512_set1_epi32(q0[i]);
+                p00 = _mm512_dpbusd_epi32(p00, b, a0);
+                p01 = _mm512_dpbusd_epi32(p01, b, a1);
+                b = _mm512_set1_epi32(q1[i]);
+                p10 = _mm512_dpbusd_epi32(p10, b, a0);
+                p11 = _mm512_dpbusd_epi32(p11, b, a1);
+                b = _mm512_set1_epi32(q2[i]);
+                p20 = _mm512_dpbusd_epi32(p20, b, a0);
+                p21 = _mm512_dpbusd_epi32(p21, b, a1);
+                b = _mm512_set1_epi32(q3[i]);
+                p30 = _mm512_dpbusd_epi32(p30, b, a0);
+                p31 = _mm512_dpbusd_epi32(p31, b, a1);
+            }
+            if (has_high) {
+                i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
+                i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
+                i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
+                i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
+                i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
+                i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
+                i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
+                i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
+            } else {
+                i00 = _mm512_dpwssd_epi32(i00, p00, s0);
+                i01 = _mm512_dpwssd_epi32(i01, p01, s0);
+                i10 = _mm512_dpwssd_epi32(i10, p10, s1);
+                i11 = _mm512_dpwssd_epi32(i11, p11, s1);
+                i20 = _mm512_dpwssd_epi32(i20, p20, s2);
+                i21 = _mm512_dpwssd_epi32(i21, p21, s2);
+                i30 = _mm512_dpwssd_epi32(i30, p30, s3);
+                i31 = _mm512_dpwssd_epi32(i31, p31, s3);
+            }
+        }
     }
     const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
     k45_float(rw, R, blk0, isum0, acc0, stride);
     k45_float(rw, R, blk1, isum1, acc1, stride);
 }
 
-static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride) {
+static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride, int has_high) {
     const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
                   *q3 = (const int32_t *)rw[3].q;
     const __m512i *A = (const __m512i *)blk;
+    const int span = has_high ? 8 : 4;
     __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
     for (int sub = 0; sub < 8; sub++) {
-        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
-        for (int i = 8 * sub; i < 8 * sub + 8; i++) {
-            __m512i av = _mm512_load_si512(A + i);
-            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
-            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
-            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
-            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
+        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
+                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
+        for (int h = 8 * sub; h < 8 * sub + 8; h += span) {
+            __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
+            for (int i = h; i < h + span; i++) {
+                __m512i av = _mm512_load_si512(A + i);
+                p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
+                p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
+                p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
+                p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
+            }
+            if (has_high) {
+                i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, s0));
+                i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, s1));
+                i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, s2));
+                i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, s3));
+            } else {
+                i0 = _mm512_dpwssd_epi32(i0, p0, s0);
+                i1 = _mm512_dpwssd_epi32(i1, p1, s1);
+                i2 = _mm512_dpwssd_epi32(i2, p2, s2);
+                i3 = _mm512_dpwssd_epi32(i3, p3, s3);
+            }
         }
-        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
-        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
-        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
-        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
     }
     const __m512i isum[4] = {i0, i1, i2, i3};
     k45_float(rw, R, blk, isum, acc, stride);
 }
 
-static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
+static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
                      float *out, size_t os, int bytes, int qs_off, int has_high) {
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
@@ -671,7 +712,8 @@ static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uin
             for (int r = 0; r < 4; r++)
                 for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
             for (int64_t sb = 0; sb < nsb; sb++) {
-                prefetch_next_rows(w, ws, r0 + 4, rows, (size_t)sb * (size_t)bytes, bytes);
+                if (sb + 2 < nsb) prefetch_next_rows(w, ws, r0, rows, (size_t)(sb + 2) * (size_t)bytes, bytes);
+                else prefetch_next_rows(w, ws, r0 + 4, rows, (size_t)(sb + 2 - nsb) * (size_t)bytes, bytes);
                 for (int r = 0; r < R; r++)
                     unpack_k45_8(w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], qs_off, has_high);
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
@@ -679,10 +721,10 @@ static void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uin
                 for (; tb + 1 < tb1; tb += 2)
                     k45_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8,
                              packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                             &acc[0][tb + 1 - tb0], TB_CHUNK);
+                             &acc[0][tb + 1 - tb0], TB_CHUNK, has_high);
                 if (tb < tb1)
                     k45_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                               TB_CHUNK);
+                               TB_CHUNK, has_high);
             }
             tile_store(acc, R, r0, tb0, tb1, toks, out, os);
         }
