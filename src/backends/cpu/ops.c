@@ -89,8 +89,15 @@ static void mm_pack_task(void *ctx, int ith, int nth) {
 #define MM_PREFETCH_ROWS 4 /* 0: no software prefetch */
 #endif
 
-/* Rows [lo, hi) of the product for all tokens. */
-static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
+/* Ask L1 for a whole weight row. */
+static inline void prefetch_row(const uint8_t *row, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
+}
+
+/* Rows [lo, hi) of the product for all tokens. A one-token product asks for its rows
+ * MM_PREFETCH_ROWS ahead, up to row pf_hi (exclusive): the caller's whole range when it works
+ * through it in several calls, so that each call's first rows are already on their way. */
+static void mm_rows(const mm_job *j, int64_t lo, int64_t hi, int64_t pf_hi) {
     const tview *w = j->w;
     const uint8_t *wd = w->data;
     if (lo >= hi) return;
@@ -108,11 +115,13 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
             if (t1 - t0 == 1) {
                 /* one token (decode): a pure stream over the rows; prefetch a few KiB ahead so
                  * the next rows are in flight while this one is multiplied */
+                /* a range's first row: its next rows all at once, not one by one on demand */
+                if (MM_PREFETCH_ROWS > 0 && r0 == lo)
+                    for (int64_t r = lo + 1; r < lo + MM_PREFETCH_ROWS && r < pf_hi; r++)
+                        prefetch_row(wd + r * w->row_bytes, w->row_bytes);
                 for (int64_t r = r0; r < r1; r++) {
-                    if (MM_PREFETCH_ROWS > 0 && r + MM_PREFETCH_ROWS < hi) {
-                        const uint8_t *ahead = wd + (r + MM_PREFETCH_ROWS) * w->row_bytes;
-                        for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(ahead + off);
-                    }
+                    if (MM_PREFETCH_ROWS > 0 && r + MM_PREFETCH_ROWS < pf_hi)
+                        prefetch_row(wd + (r + MM_PREFETCH_ROWS) * w->row_bytes, w->row_bytes);
                     o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
                 }
                 continue;
@@ -135,7 +144,7 @@ static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
     split_rows(j->w->ne[1], ith, nth, &lo, &hi);
-    mm_rows(j, lo, hi);
+    mm_rows(j, lo, hi, hi);
 }
 
 /* Bytes of scratch a job needs for its encoded (and packed) activations. */
@@ -215,11 +224,36 @@ typedef struct gu_job {
     float *buf; /* per thread: 2 x GU_ROWS x n floats */
 } gu_job;
 
+/* One token (decode): gate row r and up row r one after the other, each asked for
+ * MM_PREFETCH_ROWS rows ahead: the two row streams advance together, where blocks of GU_ROWS
+ * rows of one then the other started each block's rows cold. Same dots, same combination. */
+static void gu_rows_one(const gu_job *j, int64_t lo, int64_t hi) {
+    const tview *gw = j->g.w, *uw = j->u.w;
+    const uint8_t *gd = gw->data, *ud = uw->data;
+    for (int64_t r = lo + 1; r < lo + MM_PREFETCH_ROWS && r < hi; r++) {
+        prefetch_row(gd + r * gw->row_bytes, gw->row_bytes);
+        prefetch_row(ud + r * uw->row_bytes, uw->row_bytes);
+    }
+    for (int64_t r = lo; r < hi; r++) {
+        if (r + MM_PREFETCH_ROWS < hi) {
+            prefetch_row(gd + (r + MM_PREFETCH_ROWS) * gw->row_bytes, gw->row_bytes);
+            prefetch_row(ud + (r + MM_PREFETCH_ROWS) * uw->row_bytes, uw->row_bytes);
+        }
+        const float v = j->g.dot(gw->ne[0], gd + r * gw->row_bytes, j->g.act);
+        const float u = j->u.dot(uw->ne[0], ud + r * uw->row_bytes, j->u.act);
+        j->out[r] = v / (1.0f + expf(-v)) * u;
+    }
+}
+
 static void gu_task(void *ctx, int ith, int nth) {
     gu_job *j = ctx;
     const int n = j->g.n;
     int64_t lo, hi;
     split_rows(j->g.w->ne[1], ith, nth, &lo, &hi);
+    if (n == 1 && !j->g.packed && !j->u.packed) {
+        gu_rows_one(j, lo, hi);
+        return;
+    }
     float *gbuf = j->buf + (size_t)ith * 2 * GU_ROWS * (size_t)n, *ubuf = gbuf + GU_ROWS * (size_t)n;
     for (int64_t r0 = lo; r0 < hi; r0 += GU_ROWS) {
         int64_t r1 = r0 + GU_ROWS < hi ? r0 + GU_ROWS : hi;
@@ -228,8 +262,8 @@ static void gu_task(void *ctx, int ith, int nth) {
         u.out = ubuf;
         g.out_r0 = u.out_r0 = r0;
         g.out_stride = u.out_stride = GU_ROWS;
-        mm_rows(&g, r0, r1);
-        mm_rows(&u, r0, r1);
+        mm_rows(&g, r0, r1, r1);
+        mm_rows(&u, r0, r1, r1);
         for (int t = 0; t < n; t++) {
             float *o = j->out + (size_t)t * j->out_stride;
             const float *gr = gbuf + (size_t)t * GU_ROWS, *ur = ubuf + (size_t)t * GU_ROWS;
