@@ -89,6 +89,15 @@ static void mm_pack_task(void *ctx, int ith, int nth) {
 #define MM_PREFETCH_ROWS 4 /* 0: no software prefetch */
 #endif
 
+/* Rows a one-token product asks for ahead: MM_PREFETCH_ROWS, or more for short rows, so that at
+ * least 3 KiB are in flight (an expert's down row of 768 values is 432-630 bytes; asking for
+ * 7 of those instead of 4: +4% on that product, bench harness, 8 alternating runs). */
+static inline int64_t mm_prefetch_rows(size_t row_bytes) {
+    if (MM_PREFETCH_ROWS == 0 || (size_t)MM_PREFETCH_ROWS * row_bytes >= 3072) return MM_PREFETCH_ROWS;
+    const int64_t r = (int64_t)((3072 + row_bytes - 1) / row_bytes);
+    return r < 16 ? r : 16;
+}
+
 /* Ask L1 for a whole weight row. */
 static inline void prefetch_row(const uint8_t *row, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
@@ -113,15 +122,14 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi, int64_t pf_hi) {
             const uint8_t *a = j->act + (size_t)t0 * j->act_row;
             float *o = j->out + (size_t)t0 * j->out_stride + (r0 - j->out_r0);
             if (t1 - t0 == 1) {
-                /* one token (decode): a pure stream over the rows; prefetch a few KiB ahead so
-                 * the next rows are in flight while this one is multiplied */
+                /* one token (decode): a pure stream over the rows; ask for the rows a few KiB
+                 * ahead so that they are in flight while this one is multiplied */
+                const int64_t ahead = mm_prefetch_rows(w->row_bytes);
                 /* a range's first row: its next rows all at once, not one by one on demand */
-                if (MM_PREFETCH_ROWS > 0 && r0 == lo)
-                    for (int64_t r = lo + 1; r < lo + MM_PREFETCH_ROWS && r < pf_hi; r++)
-                        prefetch_row(wd + r * w->row_bytes, w->row_bytes);
+                if (ahead > 0 && r0 == lo)
+                    for (int64_t r = lo + 1; r < lo + ahead && r < pf_hi; r++) prefetch_row(wd + r * w->row_bytes, w->row_bytes);
                 for (int64_t r = r0; r < r1; r++) {
-                    if (MM_PREFETCH_ROWS > 0 && r + MM_PREFETCH_ROWS < pf_hi)
-                        prefetch_row(wd + (r + MM_PREFETCH_ROWS) * w->row_bytes, w->row_bytes);
+                    if (ahead > 0 && r + ahead < pf_hi) prefetch_row(wd + (r + ahead) * w->row_bytes, w->row_bytes);
                     o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
                 }
                 continue;
