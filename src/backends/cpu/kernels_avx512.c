@@ -605,6 +605,9 @@ static inline void k45_float(const k45_row8 *rw, int R, const uint8_t *blk, cons
  * int16, so its dword (low word the sum, high word its sign) times [scale, 0] as words is
  * one vpdpwssd: the exact product, two per sub-block instead of vpmulld (two uops) and an add.
  * Q5_K (quants <= 31) overflows that bound and keeps vpmulld over the 8-quad sum. */
+static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int has_high) {
+    return has_high ? _mm512_add_epi32(isum, _mm512_mullo_epi32(part, scale)) : _mm512_dpwssd_epi32(isum, part, scale);
+}
 
 /* Two 16-token blocks per pass over a super-block of 4 rows: each broadcast weight quad feeds
  * two vpdpbusd (one per token block) and each activation load four (one per row), where one
@@ -638,25 +641,14 @@ static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, cons
                 p30 = _mm512_dpbusd_epi32(p30, b, a0);
                 p31 = _mm512_dpbusd_epi32(p31, b, a1);
             }
-            if (has_high) {
-                i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
-                i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
-                i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
-                i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
-                i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
-                i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
-                i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
-                i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
-            } else {
-                i00 = _mm512_dpwssd_epi32(i00, p00, s0);
-                i01 = _mm512_dpwssd_epi32(i01, p01, s0);
-                i10 = _mm512_dpwssd_epi32(i10, p10, s1);
-                i11 = _mm512_dpwssd_epi32(i11, p11, s1);
-                i20 = _mm512_dpwssd_epi32(i20, p20, s2);
-                i21 = _mm512_dpwssd_epi32(i21, p21, s2);
-                i30 = _mm512_dpwssd_epi32(i30, p30, s3);
-                i31 = _mm512_dpwssd_epi32(i31, p31, s3);
-            }
+            i00 = k45_scaled(i00, p00, s0, has_high);
+            i01 = k45_scaled(i01, p01, s0, has_high);
+            i10 = k45_scaled(i10, p10, s1, has_high);
+            i11 = k45_scaled(i11, p11, s1, has_high);
+            i20 = k45_scaled(i20, p20, s2, has_high);
+            i21 = k45_scaled(i21, p21, s2, has_high);
+            i30 = k45_scaled(i30, p30, s3, has_high);
+            i31 = k45_scaled(i31, p31, s3, has_high);
         }
     }
     const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
@@ -682,17 +674,10 @@ static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m
                 p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
                 p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
             }
-            if (has_high) {
-                i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, s0));
-                i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, s1));
-                i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, s2));
-                i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, s3));
-            } else {
-                i0 = _mm512_dpwssd_epi32(i0, p0, s0);
-                i1 = _mm512_dpwssd_epi32(i1, p1, s1);
-                i2 = _mm512_dpwssd_epi32(i2, p2, s2);
-                i3 = _mm512_dpwssd_epi32(i3, p3, s3);
-            }
+            i0 = k45_scaled(i0, p0, s0, has_high);
+            i1 = k45_scaled(i1, p1, s1, has_high);
+            i2 = k45_scaled(i2, p2, s2, has_high);
+            i3 = k45_scaled(i3, p3, s3, has_high);
         }
     }
     const __m512i isum[4] = {i0, i1, i2, i3};
