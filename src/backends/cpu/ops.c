@@ -103,10 +103,8 @@ static inline void prefetch_row(const uint8_t *row, size_t bytes) {
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
 }
 
-/* Rows [lo, hi) of the product for all tokens. A one-token product asks for its rows
- * MM_PREFETCH_ROWS ahead, up to row pf_hi (exclusive): the caller's whole range when it works
- * through it in several calls, so that each call's first rows are already on their way. */
-static void mm_rows(const mm_job *j, int64_t lo, int64_t hi, int64_t pf_hi) {
+/* Rows [lo, hi) of the product for all tokens. */
+static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
     const tview *w = j->w;
     const uint8_t *wd = w->data;
     if (lo >= hi) return;
@@ -127,9 +125,9 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi, int64_t pf_hi) {
                 const int64_t ahead = mm_prefetch_rows(w->row_bytes);
                 /* a range's first row: its next rows all at once, not one by one on demand */
                 if (ahead > 0 && r0 == lo)
-                    for (int64_t r = lo + 1; r < lo + ahead && r < pf_hi; r++) prefetch_row(wd + r * w->row_bytes, w->row_bytes);
+                    for (int64_t r = lo + 1; r < lo + ahead && r < hi; r++) prefetch_row(wd + r * w->row_bytes, w->row_bytes);
                 for (int64_t r = r0; r < r1; r++) {
-                    if (ahead > 0 && r + ahead < pf_hi) prefetch_row(wd + (r + ahead) * w->row_bytes, w->row_bytes);
+                    if (ahead > 0 && r + ahead < hi) prefetch_row(wd + (r + ahead) * w->row_bytes, w->row_bytes);
                     o[r - r0] = j->dot(w->ne[0], wd + r * w->row_bytes, a);
                 }
                 continue;
@@ -152,7 +150,7 @@ static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
     split_rows(j->w->ne[1], ith, nth, &lo, &hi);
-    mm_rows(j, lo, hi, hi);
+    mm_rows(j, lo, hi);
 }
 
 /* Bytes of scratch a job needs for its encoded (and packed) activations. */
@@ -232,24 +230,29 @@ typedef struct gu_job {
     float *buf; /* per thread: 2 x GU_ROWS x n floats */
 } gu_job;
 
-/* One token (decode): gate row r and up row r one after the other, each asked for
- * MM_PREFETCH_ROWS rows ahead: the two row streams advance together, where blocks of GU_ROWS
- * rows of one then the other started each block's rows cold. Same dots, same combination. */
+/* The SwiGLU of a gate and an up value: one expression for the fused products and the plain
+ * swiglu op, so that they round alike. */
+static inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* One token (decode): gate row r and up row r one after the other, both asked for ahead: the
+ * two row streams advance together, where blocks of GU_ROWS rows of one then the other started
+ * each block's rows cold. Same dots, same combination. */
 static void gu_rows_one(const gu_job *j, int64_t lo, int64_t hi) {
     const tview *gw = j->g.w, *uw = j->u.w;
     const uint8_t *gd = gw->data, *ud = uw->data;
-    for (int64_t r = lo + 1; r < lo + MM_PREFETCH_ROWS && r < hi; r++) {
+    const int64_t ahead = mm_prefetch_rows(gw->row_bytes > uw->row_bytes ? uw->row_bytes : gw->row_bytes);
+    for (int64_t r = lo + 1; r < lo + ahead && r < hi; r++) {
         prefetch_row(gd + r * gw->row_bytes, gw->row_bytes);
         prefetch_row(ud + r * uw->row_bytes, uw->row_bytes);
     }
     for (int64_t r = lo; r < hi; r++) {
-        if (r + MM_PREFETCH_ROWS < hi) {
-            prefetch_row(gd + (r + MM_PREFETCH_ROWS) * gw->row_bytes, gw->row_bytes);
-            prefetch_row(ud + (r + MM_PREFETCH_ROWS) * uw->row_bytes, uw->row_bytes);
+        if (ahead > 0 && r + ahead < hi) {
+            prefetch_row(gd + (r + ahead) * gw->row_bytes, gw->row_bytes);
+            prefetch_row(ud + (r + ahead) * uw->row_bytes, uw->row_bytes);
         }
         const float v = j->g.dot(gw->ne[0], gd + r * gw->row_bytes, j->g.act);
         const float u = j->u.dot(uw->ne[0], ud + r * uw->row_bytes, j->u.act);
-        j->out[r] = v / (1.0f + expf(-v)) * u;
+        j->out[r] = silu_times(v, u);
     }
 }
 
@@ -270,15 +273,12 @@ static void gu_task(void *ctx, int ith, int nth) {
         u.out = ubuf;
         g.out_r0 = u.out_r0 = r0;
         g.out_stride = u.out_stride = GU_ROWS;
-        mm_rows(&g, r0, r1, r1);
-        mm_rows(&u, r0, r1, r1);
+        mm_rows(&g, r0, r1);
+        mm_rows(&u, r0, r1);
         for (int t = 0; t < n; t++) {
             float *o = j->out + (size_t)t * j->out_stride;
             const float *gr = gbuf + (size_t)t * GU_ROWS, *ur = ubuf + (size_t)t * GU_ROWS;
-            for (int64_t r = r0; r < r1; r++) {
-                float v = gr[r - r0];
-                o[r] = v / (1.0f + expf(-v)) * ur[r - r0];
-            }
+            for (int64_t r = r0; r < r1; r++) o[r] = silu_times(gr[r - r0], ur[r - r0]);
         }
     }
 }
@@ -452,7 +452,7 @@ static void cpu_add(backend *b, float *x, const float *y, size_t n) {
 }
 
 static void cpu_swiglu(backend *b, float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (size_t i = 0; i < n; i++) g[i] = silu_times(g[i], u[i]);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
