@@ -697,8 +697,11 @@ static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint
             for (int r = 0; r < 4; r++)
                 for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
             for (int64_t sb = 0; sb < nsb; sb++) {
-                if (sb + 2 < nsb) prefetch_next_rows(w, ws, r0, rows, (size_t)(sb + 2) * (size_t)bytes, bytes);
-                else prefetch_next_rows(w, ws, r0 + 4, rows, (size_t)(sb + 2 - nsb) * (size_t)bytes, bytes);
+                /* the block two super-blocks ahead in walking order (into the next group near
+                 * the row's end); kq_rows keeps the one-group-ahead form above */
+                const int64_t ahead = sb + 2 < nsb ? sb + 2 : sb + 2 - nsb;
+                if (ahead < nsb)
+                    prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * (size_t)bytes, bytes);
                 for (int r = 0; r < R; r++)
                     unpack_k45_8(w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], qs_off, has_high);
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
