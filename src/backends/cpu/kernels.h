@@ -41,6 +41,9 @@ typedef struct kernel_tile {
     void (*pack)(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst);
     void (*run)(int64_t n, const void *w, size_t w_stride, int rows, const void *packed, int toks,
                 float *out, size_t out_stride);
+    /* the fewest tokens at which the tile beats the loop over dots (0: the backend's default);
+     * 1 where packing pays even for one token (Q2_0) */
+    int min_toks;
 } kernel_tile;
 
 /* Causal attention of one query position for G query heads that share one KV head, over
@@ -108,6 +111,7 @@ typedef struct kernel_set {
 /* Per-level registration, implemented in kernels_avx2.c / kernels_avx512.c (x86-64 only). */
 void kernels_register_avx2(kernel_set *ks);
 void kernels_register_avx512(kernel_set *ks);
+void kernels_register_avx512_q2_0(kernel_set *ks); /* kernels_avx512_q2_0.c */
 
 const char *kernel_isa_name(kernel_isa isa);
 /* The best level this CPU and OS support. */

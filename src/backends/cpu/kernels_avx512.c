@@ -727,15 +727,15 @@ static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const 
                            size_t os) {
     k45_run8(n, w, ws, rows, packed, toks, out, os, 176, 48, 1);
 }
-static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run},
-                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run};
+static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
+                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, 0};
 
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
                            int toks, float *out, size_t os) {                                     \
         kq_run(&kt, n, w, ws, rows, packed, toks, out, os);                                        \
     }                                                                                              \
-    static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run};
+    static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run, 0};
 KQ_TILE(tile_q2_k, kq_q2_k)
 KQ_TILE(tile_q3_k, kq_q3_k)
 KQ_TILE(tile_q6_k, kq_q6_k)
@@ -1023,6 +1023,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
     ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
+    kernels_register_avx512_q2_0(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
     ks->dot[GGML_TYPE_Q3_K] = dot_q3_k_512;
     ks->dot[GGML_TYPE_Q6_K] = dot_q6_k_512;

@@ -60,8 +60,15 @@ typedef struct mm_job {
 } mm_job;
 
 /* Tile kernels pay a packing pass over the activations; below this many tokens the dot loop
- * (which reads each weight row once per 16 tokens from L1) is as fast. */
+ * (which reads each weight row once per 16 tokens from L1) is as fast, unless the tile says
+ * otherwise (kernel_tile.min_toks). */
 #define MM_TILE_MIN_TOKS 4
+
+/* The tile kernel a product of n tokens with this weight type uses, or NULL (the dot loop). */
+static const kernel_tile *mm_tile(uint32_t type, int n) {
+    const kernel_tile *tile = kernel_tile_of(type);
+    return tile && n >= (tile->min_toks > 0 ? tile->min_toks : MM_TILE_MIN_TOKS) ? tile : NULL;
+}
 
 static void mm_encode_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
@@ -157,8 +164,8 @@ static void mm_task(void *ctx, int ith, int nth) {
 static size_t mm_scratch_bytes(const tview *w, int n) {
     uint32_t at = quant_traits_of(w->type)->act_type;
     size_t bytes = at == GGML_TYPE_F32 ? 0 : (quant_row_bytes(at, w->ne[0]) * (size_t)n + 63) / 64 * 64;
-    const kernel_tile *tile = kernel_tile_of(w->type);
-    if (tile && n >= MM_TILE_MIN_TOKS) bytes += (tile->packed_bytes(w->ne[0], n) + 63) / 64 * 64;
+    const kernel_tile *tile = mm_tile(w->type, n);
+    if (tile) bytes += (tile->packed_bytes(w->ne[0], n) + 63) / 64 * 64;
     return bytes;
 }
 
@@ -170,7 +177,7 @@ static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) {
     size_t used = 0;
     j->encode = kernel_quantize(qt->act_type);
     j->dot = kernel_dot(j->w->type);
-    j->tile = j->n >= MM_TILE_MIN_TOKS ? kernel_tile_of(j->w->type) : NULL;
+    j->tile = mm_tile(j->w->type, j->n);
     j->packed = NULL;
     if (qt->act_type == GGML_TYPE_F32) {
         j->act = (const uint8_t *)j->x; /* no encoding needed */
@@ -212,7 +219,7 @@ static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float 
     cpu_backend *c = (cpu_backend *)b;
     mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride};
     mm_prepare(c, &j, scratch(c, mm_scratch_bytes(w, n)));
-    threadpool_run_shares(c->pool, mm_task, &j, j.tile ? threadpool_size(c->pool) : dot_shares(c));
+    threadpool_run_shares(c->pool, mm_task, &j, j.tile && n >= MM_TILE_MIN_TOKS ? threadpool_size(c->pool) : dot_shares(c));
 }
 
 /* ---- fused gate/up projection with SwiGLU -------------------------------------------------
@@ -222,6 +229,11 @@ static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float 
  * dots and the combination are those of matmul + matmul + swiglu: the same bits. */
 
 #define GU_ROWS 16
+
+/* Rows per block of the tile path: GU_ROWS, or for one token (a tile used at decode, Q2_0) long
+ * runs of each matrix, so that the tile's prefetch of its next row group runs ahead through
+ * the block instead of every short block starting cold. */
+static int64_t gu_block_rows(int n) { return n == 1 ? 128 : GU_ROWS; }
 
 typedef struct gu_job {
     mm_job g, u;
@@ -265,19 +277,20 @@ static void gu_task(void *ctx, int ith, int nth) {
         gu_rows_one(j, lo, hi);
         return;
     }
-    float *gbuf = j->buf + (size_t)ith * 2 * GU_ROWS * (size_t)n, *ubuf = gbuf + GU_ROWS * (size_t)n;
-    for (int64_t r0 = lo; r0 < hi; r0 += GU_ROWS) {
-        int64_t r1 = r0 + GU_ROWS < hi ? r0 + GU_ROWS : hi;
+    const int64_t br = gu_block_rows(n);
+    float *gbuf = j->buf + (size_t)ith * 2 * br * (size_t)n, *ubuf = gbuf + br * (size_t)n;
+    for (int64_t r0 = lo; r0 < hi; r0 += br) {
+        int64_t r1 = r0 + br < hi ? r0 + br : hi;
         mm_job g = j->g, u = j->u;
         g.out = gbuf;
         u.out = ubuf;
         g.out_r0 = u.out_r0 = r0;
-        g.out_stride = u.out_stride = GU_ROWS;
+        g.out_stride = u.out_stride = (int)br;
         mm_rows(&g, r0, r1);
         mm_rows(&u, r0, r1);
         for (int t = 0; t < n; t++) {
             float *o = j->out + (size_t)t * j->out_stride;
-            const float *gr = gbuf + (size_t)t * GU_ROWS, *ur = ubuf + (size_t)t * GU_ROWS;
+            const float *gr = gbuf + (size_t)t * br, *ur = ubuf + (size_t)t * br;
             for (int64_t r = r0; r < r1; r++) o[r] = silu_times(gr[r - r0], ur[r - r0]);
         }
     }
@@ -289,13 +302,12 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
     gu_job j = {.g = {.w = gate, .x = x, .n = n}, .u = {.w = up, .x = x, .n = n}, .out = out,
                 .out_stride = (int)gate->ne[1]};
     /* one encoding (and packing) serves both when the activation formats agree */
-    const kernel_tile *tg = kernel_tile_of(gate->type), *tu = kernel_tile_of(up->type);
+    const kernel_tile *tg = mm_tile(gate->type, n), *tu = mm_tile(up->type, n);
     bool share = quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type &&
-                 (n < MM_TILE_MIN_TOKS || (tg == NULL) == (tu == NULL)) &&
-                 (!tg || !tu || tg->pack == tu->pack);
+                 (tg == NULL) == (tu == NULL) && (!tg || tg->pack == tu->pack);
     size_t gb = mm_scratch_bytes(gate, n), ub = share ? 0 : mm_scratch_bytes(up, n);
     const int shares = n >= MM_TILE_MIN_TOKS && (tg || tu) ? threadpool_size(c->pool) : dot_shares(c);
-    size_t bufb = sizeof(float) * 2 * GU_ROWS * (size_t)n * (size_t)shares;
+    size_t bufb = sizeof(float) * 2 * gu_block_rows(n) * (size_t)n * (size_t)shares;
     uint8_t *base = scratch(c, gb + ub + bufb);
     size_t used = mm_prepare(c, &j.g, base);
     if (share) {
