@@ -214,6 +214,108 @@ static float dot_q6_k_512(int64_t n, const void *w, const void *a) {
     return sumf;
 }
 
+/* ---- IQ2_XS / IQ3_XXS with the signs in mask registers ------------------------------------
+ * The same integers and float steps as the 256-bit IQ_DOT kernels (mirroring quant_dot_iq2_xs
+ * and quant_dot_iq3_xxs) and the same decoded rows as unpack_iq. What differs is the work around
+ * the grid lookups: a super-block's 32 sign indices become their sign bytes in one vector pass
+ * (the even-parity bit from a nibble table, as quant_ksigns_iq2xs defines it: index | parity <<
+ * 7), and each group's 32 signs are applied by one masked subtract. In the dots the odd scales
+ * multiply the group's vpdpbusd sums through vpdpwssd (those sums are at most 4 x 62 x 127 =
+ * 31,496 for IQ3_XXS and 4 x 43 x 127 for IQ2_XS, so each fits the low int16 of its lane, whose
+ * high half is its sign extension and meets a zero). Cache-resident, one core (bench_kernels
+ * --l1, this host's AMD Zen 5): IQ3_XXS 3.3 -> 6.1 GB/s, IQ2_XS 4.4 -> 5.1 GB/s. A vector gather
+ * of the grid entries was slower than scalar loads here (2.0 GB/s), as was a vpermi2d lookup
+ * tree (4.0). */
+
+/* 32 seven-bit sign indices, one per byte, to their sign bytes (bit j: element j negative). */
+static inline __m256i ksign_bytes32(__m256i idx7) {
+    const __m256i parity = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1,
+                                            1, 0, 0, 1, 0, 1, 1, 0);
+    const __m256i lo = _mm256_and_si256(idx7, _mm256_set1_epi8(15));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(idx7, 4), _mm256_set1_epi8(15));
+    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(parity, lo), _mm256_shuffle_epi8(parity, hi));
+    return _mm256_or_si256(idx7, _mm256_slli_epi16(par, 7)); /* par is 0 or 1 per byte */
+}
+
+/* IQ3_XXS super-block: per group a u32 of four 7-bit sign indices and the 4-bit scale; sg[g]
+ * receives the group's 32 sign bits, sc[g] its odd scale. */
+static inline void iq3_xxs_signs(const uint8_t *x, uint32_t sg[8], uint32_t sc[8]) {
+    const __m256i m7 = _mm256_set1_epi32(0x7f);
+    const __m256i ss = ldu(x + 66);
+    const __m256i idx7 = _mm256_or_si256(
+        _mm256_or_si256(_mm256_and_si256(ss, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 7), m7), 8)),
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 14), m7), 16),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 21), m7), 24)));
+    _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(idx7));
+    _mm256_storeu_si256((__m256i *)sc, _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(ss, 28), 1), _mm256_set1_epi32(1)));
+}
+
+/* The 32 magnitudes of IQ3_XXS group g (scalar loads: see above). */
+static inline __m256i iq3_xxs_mag(const uint8_t *x, int g) {
+    const uint32_t *grid = quant_iq3xxs_grid;
+    const uint8_t *qi = x + 2 + 8 * g;
+    return _mm256_setr_epi32((int)grid[qi[0]], (int)grid[qi[1]], (int)grid[qi[2]], (int)grid[qi[3]], (int)grid[qi[4]],
+                             (int)grid[qi[5]], (int)grid[qi[6]], (int)grid[qi[7]]);
+}
+
+/* IQ2_XS super-block: 32 u16 of a 9-bit grid index and a 7-bit sign index; sg[g] receives
+ * group g's 32 sign bits, gi the grid indices. */
+static inline void iq2_xs_signs(const uint8_t *x, uint32_t sg[8], uint16_t gi[32]) {
+    const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
+    _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
+    _mm512_storeu_si512((void *)gi, _mm512_and_si512(qs, _mm512_set1_epi16(511)));
+}
+
+static inline __m256i iq2_xs_mag(const uint16_t *gi, int g) {
+    const uint64_t *grid = quant_iq2xs_grid;
+    const uint16_t *qi = gi + 4 * g;
+    return _mm256_setr_epi64x((long long)grid[qi[0]], (long long)grid[qi[1]], (long long)grid[qi[2]],
+                              (long long)grid[qi[3]]);
+}
+
+/* the odd scales of an IQ2_XS group's two halves, as 16-bit lanes */
+static inline int iq2_xs_s0(const uint8_t *x, int g) { return 2 * (x[66 + g] & 15) + 1; }
+static inline int iq2_xs_s1(const uint8_t *x, int g) { return 2 * (x[66 + g] >> 4) + 1; }
+
+/* One group of a dot: the grid magnitudes against the activations with the group's signs, scaled. */
+static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {
+    const __m256i q = ldu(q8);
+    const __m256i sq = _mm256_mask_sub_epi8(q, (__mmask32)signs, _mm256_setzero_si256(), q);
+    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, sq), scale);
+}
+
+static float dot_iq3_xxs_512(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    float sumf = 0.0f;
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
+        const int8_t *q8 = (const int8_t *)(y + 4);
+        uint32_t sg[8], sc[8];
+        iq3_xxs_signs(x, sg, sc);
+        __m256i acc = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) acc = iq_group_acc(acc, iq3_xxs_mag(x, g), q8 + 32 * g, sg[g], _mm256_set1_epi32((int)sc[g]));
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
+    }
+    return 0.25f * sumf;
+}
+
+static float dot_iq2_xs_512(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    float sumf = 0.0f;
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
+        const int8_t *q8 = (const int8_t *)(y + 4);
+        uint32_t sg[8];
+        uint16_t gi[32];
+        iq2_xs_signs(x, sg, gi);
+        __m256i acc = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(iq2_xs_s1(x, g)), _mm_set1_epi32(iq2_xs_s0(x, g)));
+            acc = iq_group_acc(acc, iq2_xs_mag(gi, g), q8 + 32 * g, sg[g], scale);
+        }
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
+    }
+    return 0.125f * sumf;
+}
+
 /* ---- prefill tiles for the Q8_K-activation types ---------------------------------------------
  * Packed activations, per block of 16 tokens and per super-block (SB_PACK bytes):
  *   A   [128 pairs][16 tokens] int32: the pair (q[2p], q[2p+1]) of int16, low half first
@@ -354,9 +456,28 @@ static inline void unpack_iq(const uint8_t *x, kq_row *o, iq_group (*group)(cons
     o->d = ld_f16(x);
 }
 static void unpack_iq2_xxs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_xxs_group); }
-static void unpack_iq2_xs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_xs_group); }
+/* IQ2_XS / IQ3_XXS: the signs and lookups of their dots (above); the same decoded values as
+ * unpack_iq: the signed magnitude times the odd scale of its half group */
+static inline void st_signed_w32(int16_t *dst, __m256i mag, uint32_t signs, int s0, int s1) {
+    const __m512i v = _mm512_cvtepu8_epi16(mag);
+    const __m512i sv = _mm512_mask_sub_epi16(v, (__mmask32)signs, _mm512_setzero_si512(), v);
+    const __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)s0)), _mm256_set1_epi16((short)s1), 1);
+    _mm512_storeu_si512(dst, _mm512_mullo_epi16(sv, sc));
+}
+static void unpack_iq2_xs(const uint8_t *x, kq_row *o) {
+    uint32_t sg[8];
+    uint16_t gi[32];
+    iq2_xs_signs(x, sg, gi);
+    for (int g = 0; g < 8; g++) st_signed_w32(o->w + 32 * g, iq2_xs_mag(gi, g), sg[g], iq2_xs_s0(x, g), iq2_xs_s1(x, g));
+    o->d = ld_f16(x);
+}
 static void unpack_iq2_s(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq2_s_group); }
-static void unpack_iq3_xxs(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq3_xxs_group); }
+static void unpack_iq3_xxs(const uint8_t *x, kq_row *o) {
+    uint32_t sg[8], sc[8];
+    iq3_xxs_signs(x, sg, sc);
+    for (int g = 0; g < 8; g++) st_signed_w32(o->w + 32 * g, iq3_xxs_mag(x, g), sg[g], (int)sc[g], (int)sc[g]);
+    o->d = ld_f16(x);
+}
 static void unpack_iq3_s(const uint8_t *x, kq_row *o) { unpack_iq(x, o, iq3_s_group); }
 
 typedef struct kq_tile_type {
@@ -745,89 +866,6 @@ KQ_TILE(tile_iq2_xs, kq_iq2_xs)
 KQ_TILE(tile_iq2_s, kq_iq2_s)
 KQ_TILE(tile_iq3_xxs, kq_iq3_xxs)
 KQ_TILE(tile_iq3_s, kq_iq3_s)
-
-/* ---- IQ2_XS / IQ3_XXS dots with the signs in mask registers -----------------------------------
- * The same integers and float steps as the 256-bit IQ_DOT kernels (mirroring quant_dot_iq2_xs
- * and quant_dot_iq3_xxs). What differs is the work around the grid lookups: a super-block's 32
- * sign indices become their sign bytes in one vector pass (the even-parity bit from a nibble
- * table, as quant_ksigns_iq2xs defines it: index | parity << 7), each group's 32 signs are applied
- * to the activations by one masked subtract, and the odd scales multiply the group's vpdpbusd
- * sums through vpdpwssd (those sums are at most 4 x 62 x 127 = 31,496 for IQ3_XXS and
- * 4 x 43 x 127 for IQ2_XS, so each fits the low int16 of its lane, whose high half is its sign
- * extension and meets a zero). Cache-resident, one core (bench_kernels --l1 style, this host's
- * AMD Zen 5): IQ3_XXS 3.3 -> 6.1 GB/s, IQ2_XS 4.4 -> 5.1 GB/s. A vector gather of the grid
- * entries was slower than scalar loads here (2.0 GB/s), as was a vpermi2d lookup tree (4.0). */
-
-/* 32 seven-bit sign indices, one per byte, to their sign bytes (bit j: element j negative). */
-static inline __m256i ksign_bytes32(__m256i idx7) {
-    const __m256i parity = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1,
-                                            1, 0, 0, 1, 0, 1, 1, 0);
-    const __m256i lo = _mm256_and_si256(idx7, _mm256_set1_epi8(15));
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(idx7, 4), _mm256_set1_epi8(15));
-    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(parity, lo), _mm256_shuffle_epi8(parity, hi));
-    return _mm256_or_si256(idx7, _mm256_slli_epi16(par, 7)); /* par is 0 or 1 per byte */
-}
-
-/* One group: the grid magnitudes against the activations with the group's signs, scaled. */
-static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {
-    const __m256i q = ldu(q8);
-    const __m256i sq = _mm256_mask_sub_epi8(q, (__mmask32)signs, _mm256_setzero_si256(), q);
-    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, sq), scale);
-}
-
-static float dot_iq3_xxs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    const uint32_t *grid = quant_iq3xxs_grid;
-    const __m256i m7 = _mm256_set1_epi32(0x7f);
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        /* per group a u32: four 7-bit sign indices, then the 4-bit scale */
-        const __m256i ss = ldu(x + 66);
-        const __m256i idx7 = _mm256_or_si256(
-            _mm256_or_si256(_mm256_and_si256(ss, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 7), m7), 8)),
-            _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 14), m7), 16),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 21), m7), 24)));
-        uint32_t sg[8], sc[8];
-        _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(idx7));
-        _mm256_storeu_si256((__m256i *)sc, _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(ss, 28), 1), _mm256_set1_epi32(1)));
-        __m256i acc = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            const uint8_t *qi = x + 2 + 8 * g;
-            const __m256i mag = _mm256_setr_epi32((int)grid[qi[0]], (int)grid[qi[1]], (int)grid[qi[2]], (int)grid[qi[3]],
-                                                  (int)grid[qi[4]], (int)grid[qi[5]], (int)grid[qi[6]], (int)grid[qi[7]]);
-            acc = iq_group_acc(acc, mag, q8 + 32 * g, sg[g], _mm256_set1_epi32((int)sc[g]));
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
-    }
-    return 0.25f * sumf;
-}
-
-static float dot_iq2_xs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    const uint64_t *grid = quant_iq2xs_grid;
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        /* 32 u16: a 9-bit grid index, then a 7-bit sign index */
-        const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
-        uint32_t sg[8];
-        uint16_t gi[32];
-        _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
-        _mm512_storeu_si512((void *)gi, _mm512_and_si512(qs, _mm512_set1_epi16(511)));
-        __m256i acc = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            const uint16_t *qi = gi + 4 * g;
-            const __m256i mag = _mm256_setr_epi64x((long long)grid[qi[0]], (long long)grid[qi[1]], (long long)grid[qi[2]],
-                                                   (long long)grid[qi[3]]);
-            const uint8_t s = x[66 + g]; /* the odd scales of the group's two halves */
-            const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(2 * (s >> 4) + 1), _mm_set1_epi32(2 * (s & 15) + 1));
-            acc = iq_group_acc(acc, mag, q8 + 32 * g, sg[g], scale);
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
-    }
-    return 0.125f * sumf;
-}
 
 /* IQ4_XS, two groups of 32 per 512-bit step (mirrors quant_dot_iq4_xs through the 256-bit
  * kernel's integers: per pair of values |k| * (q with k's sign) in int16, weighted by the
