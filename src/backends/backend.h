@@ -103,6 +103,11 @@ typedef struct backend_ops {
      * matmul and swiglu fused (one pass over x, same bits as the three ops) */
     void (*matmul_swiglu)(backend *b, const tview *gate, const tview *up, const float *x, int n,
                           float *out);
+    /* Optional (NULL: not offered): ne SwiGLU experts of ONE token x: out[i] = down_i (silu(
+     * gate_i x) * (up_i x)), every value as matmul_swiglu and matmul give it, in two dispatches
+     * for all of them instead of two each. false: declined (types, shapes), nothing done. */
+    bool (*experts_one)(backend *b, int ne, const tview *const *gate, const tview *const *up,
+                        const tview *const *down, const float *x, float *const *out);
 
     /* ---- linear attention (Gated DeltaNet) and gates; CPU: backends/cpu/ops_ssm.c ---- */
     /* y = x / max(||x||_2, eps) over rows of dim values (ggml_l2_norm); y may be x */

@@ -24,6 +24,9 @@
 #include "models/state.h"
 #include "runtime/watchdog.h"
 
+/* experts in one backend call (experts_one): the routed ones of a layer and a shared one */
+#define MOE_ONE_MAX 16
+
 /* Per-state MoE bookkeeping, allocated on first use: host arrays (the routed ids the host needs
  * to acquire experts, the rows routed to one expert) and backend buffers for the lookahead. */
 struct moe_scratch {
@@ -237,13 +240,41 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (rc < 0) return -1;
         merged = rc == 0;
     }
-    if (shared && !merged) {
+    /* One token, experts in memory, a backend that runs host-reached experts together (CPU):
+     * the routed experts and the shared one as one set (two dispatches instead of two each).
+     * A streaming store keeps the loop below, where each expert's reads overlap the products
+     * of the ones already there. */
+    bool one = false;
+    if (!table && n == 1 && !m->experts->streaming && be->ops->experts_one && n_need + 1 <= MOE_ONE_MAX) {
+        const tview *gv[MOE_ONE_MAX], *uv[MOE_ONE_MAX], *dv[MOE_ONE_MAX];
+        expert_views ev[MOE_ONE_MAX];
+        float *ov[MOE_ONE_MAX];
+        int acquired = 0, ne = 0;
+        for (; acquired < n_need; acquired++) {
+            if (expert_acquire(m->experts, il, xs->need[acquired], &ev[acquired]) != 0) break;
+            /* one token: the experts come in slot order (top-k ids are distinct) */
+            gv[ne] = &ev[acquired].gate, uv[ne] = &ev[acquired].up, dv[ne] = &ev[acquired].down;
+            ov[ne++] = st->moe_slots + (size_t)acquired * E;
+        }
+        if (acquired == n_need) {
+            if (shared) {
+                gv[ne] = &L->ffn_gate_shexp, uv[ne] = &L->ffn_up_shexp, dv[ne] = &L->ffn_down_shexp;
+                ov[ne++] = st->shexp_out;
+            }
+            one = be->ops->experts_one(be, ne, gv, uv, dv, x, ov);
+        }
+        for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
+        if (acquired != n_need) return -1;
+    }
+    if (shared && !merged && !one) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
     }
     if (shared && !residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
 
-    if (merged) {
+    if (one) {
+        be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
+    } else if (merged) {
         /* the routed experts are done too */
     } else if (table) {
         /* a layer-by-layer cache (re)points the table's entries at the slots it acquired */

@@ -324,6 +324,94 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
     threadpool_run_shares(c->pool, gu_task, &j, shares);
 }
 
+/* ---- SwiGLU experts of one token ------------------------------------------------------------
+ * Decode runs a MoE layer's experts (the routed ones and a shared one) on the same single token:
+ * as matmul_swiglu + matmul each, that is two dispatches, two barriers and one encoding of the
+ * same x per expert. Here all the gate/up rows of all experts are one job and all the down rows
+ * another, cut into shares over the experts' concatenated rows: the same dots on the same
+ * encoded activations, the same SwiGLU expression, so every value has the bits of the separate
+ * ops. */
+
+#define EXPERTS_ONE_MAX 16
+
+typedef struct eo_job {
+    int ne;
+    int64_t base[EXPERTS_ONE_MAX + 1]; /* expert i owns rows [base[i], base[i+1]) of the job */
+    gu_job gu[EXPERTS_ONE_MAX];        /* gate/up of expert i (n = 1, out = its mid row) */
+    mm_job down[EXPERTS_ONE_MAX];      /* down of expert i */
+    bool down_phase;
+} eo_job;
+
+static void eo_task(void *ctx, int ith, int nth) {
+    const eo_job *j = ctx;
+    int64_t lo, hi;
+    threadpool_share(j->base[j->ne], ith, nth, &lo, &hi);
+    for (int i = 0; i < j->ne && lo < hi; i++) {
+        const int64_t a = lo > j->base[i] ? lo : j->base[i], b = hi < j->base[i + 1] ? hi : j->base[i + 1];
+        if (a >= b) continue;
+        if (j->down_phase)
+            mm_rows(&j->down[i], a - j->base[i], b - j->base[i]);
+        else
+            gu_rows_one(&j->gu[i], a - j->base[i], b - j->base[i]);
+    }
+}
+
+static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const tview *const *up,
+                            const tview *const *down, const float *x, float *const *out) {
+    cpu_backend *c = (cpu_backend *)b;
+    if (ne < 1 || ne > EXPERTS_ONE_MAX) return false;
+    /* the plain dot path only: tile kernels used at one token (Q2_0) keep their own path */
+    size_t need = 0;
+    for (int i = 0; i < ne; i++) {
+        if (mm_tile(gate[i]->type, 1) || mm_tile(up[i]->type, 1) || mm_tile(down[i]->type, 1)) return false;
+        if (quant_traits_of(up[i]->type)->act_type != quant_traits_of(gate[i]->type)->act_type) return false;
+        if (up[i]->ne[1] != gate[i]->ne[1] || down[i]->ne[0] != gate[i]->ne[1]) return false;
+        need += mm_scratch_bytes(gate[i], 1) + mm_scratch_bytes(down[i], 1) +
+                ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
+    }
+    eo_job *j = calloc(1, sizeof *j);
+    if (!j) return false;
+    uint8_t *base = scratch(c, need), *p = base;
+    j->ne = ne;
+    /* gate/up: x encoded once per activation format (experts of a layer share it) */
+    for (int i = 0; i < ne; i++) {
+        gu_job *g = &j->gu[i];
+        g->g = (mm_job){.w = gate[i], .x = x, .n = 1};
+        g->u = (mm_job){.w = up[i], .x = x, .n = 1};
+        int same = -1;
+        for (int k = 0; k < i && same < 0; k++)
+            if (quant_traits_of(gate[k]->type)->act_type == quant_traits_of(gate[i]->type)->act_type) same = k;
+        if (same >= 0) {
+            g->g.encode = j->gu[same].g.encode;
+            g->g.act = j->gu[same].g.act;
+            g->g.act_row = j->gu[same].g.act_row;
+            g->g.dot = kernel_dot(gate[i]->type);
+        } else {
+            p += mm_prepare(c, &g->g, p);
+        }
+        g->u.encode = g->g.encode;
+        g->u.act = g->g.act;
+        g->u.act_row = g->g.act_row;
+        g->u.dot = kernel_dot(up[i]->type);
+        g->out = (float *)p; /* the expert's mid row */
+        g->out_stride = (int)gate[i]->ne[1];
+        p += ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
+        j->base[i + 1] = j->base[i] + gate[i]->ne[1];
+    }
+    threadpool_run_shares(c->pool, eo_task, j, dot_shares(c));
+    /* down: each expert's mid row encoded (on the caller: a few hundred values each) */
+    for (int i = 0; i < ne; i++) {
+        mm_job *d = &j->down[i];
+        *d = (mm_job){.w = down[i], .x = j->gu[i].out, .n = 1, .out = out[i], .out_stride = (int)down[i]->ne[1]};
+        p += mm_prepare(c, d, p);
+        j->base[i + 1] = j->base[i] + down[i]->ne[1];
+    }
+    j->down_phase = true;
+    threadpool_run_shares(c->pool, eo_task, j, dot_shares(c));
+    free(j);
+    return true;
+}
+
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
 
 /* Row-wise ops run on the pool only when there is enough work to pay for a dispatch (a decode
@@ -493,6 +581,7 @@ static const backend_ops cpu_ops = {
     .add = cpu_add,
     .swiglu = cpu_swiglu,
     .matmul_swiglu = cpu_matmul_swiglu,
+    .experts_one = cpu_experts_one,
     .l2norm = cpu_l2norm,
     .conv1d_silu = cpu_conv1d_silu,
     .gated_delta = cpu_gated_delta,
