@@ -8,6 +8,11 @@
 
 #include "backends/cpu/kernels_x86.inc"
 
+#include <cpuid.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdbool.h>
+
 /* ---- 512-bit K-quant dots (same integers, same float steps as the 256-bit ones) ----------- */
 
 /* Scales and mins of a Q4_K/Q5_K super-block as 16 words: 0..7 scales, 8..15 mins. The 12
@@ -724,10 +729,14 @@ static inline void k45_float(const k45_row8 *rw, int R, const uint8_t *blk, cons
 /* A sub-block's sum over its 8 quads times the sub-block's scale, added to the row's isum.
  * Q4_K (quants <= 15): a sum over 4 quads (16 products, at most 16 * 15 * 128 = 30720) fits an
  * int16, so its dword (low word the sum, high word its sign) times [scale, 0] as words is
- * one vpdpwssd: the exact product, two per sub-block instead of vpmulld (two uops) and an add.
- * Q5_K (quants <= 31) overflows that bound and keeps vpmulld over the 8-quad sum. */
-static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int has_high) {
-    return has_high ? _mm512_add_epi32(isum, _mm512_mullo_epi32(part, scale)) : _mm512_dpwssd_epi32(isum, part, scale);
+ * one vpdpwssd: the exact product, two per sub-block instead of vpmulld (two uops on Intel) and
+ * an add (mullo = 0). Q5_K (quants <= 31) overflows that bound and keeps vpmulld over the 8-quad
+ * sum (mullo = 1), as Q4_K does on AMD Zen (k45_mullo_q4): there vpmulld is cheap and the
+ * vpdpwssd took a VNNI slot per four vpdpbusd (16-token tile 303-308 -> 336-345 GOP/s,
+ * 32 tokens 437-452 -> 478-490, one thread, bench_kernels --toks, alternating). The integers,
+ * and so the results, are the same either way. */
+static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int mullo) {
+    return mullo ? _mm512_add_epi32(isum, _mm512_mullo_epi32(part, scale)) : _mm512_dpwssd_epi32(isum, part, scale);
 }
 
 /* Two 16-token blocks per pass over a super-block of 4 rows: each broadcast weight quad feeds
@@ -735,11 +744,11 @@ static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int 
  * block per pass paid a broadcast per vpdpbusd. The integer sums per (row, token) are the same
  * exact values, and each block's float step is the same: the same bits. */
 static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
-                            __m512 *acc1, int stride, int has_high) {
+                            __m512 *acc1, int stride, int mullo) {
     const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
                   *q3 = (const int32_t *)rw[3].q;
     const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
-    const int span = has_high ? 8 : 4; /* quads per partial sum */
+    const int span = mullo ? 8 : 4; /* quads per partial sum */
     __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
     for (int sub = 0; sub < 8; sub++) {
         const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
@@ -762,14 +771,14 @@ static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, cons
                 p30 = _mm512_dpbusd_epi32(p30, b, a0);
                 p31 = _mm512_dpbusd_epi32(p31, b, a1);
             }
-            i00 = k45_scaled(i00, p00, s0, has_high);
-            i01 = k45_scaled(i01, p01, s0, has_high);
-            i10 = k45_scaled(i10, p10, s1, has_high);
-            i11 = k45_scaled(i11, p11, s1, has_high);
-            i20 = k45_scaled(i20, p20, s2, has_high);
-            i21 = k45_scaled(i21, p21, s2, has_high);
-            i30 = k45_scaled(i30, p30, s3, has_high);
-            i31 = k45_scaled(i31, p31, s3, has_high);
+            i00 = k45_scaled(i00, p00, s0, mullo);
+            i01 = k45_scaled(i01, p01, s0, mullo);
+            i10 = k45_scaled(i10, p10, s1, mullo);
+            i11 = k45_scaled(i11, p11, s1, mullo);
+            i20 = k45_scaled(i20, p20, s2, mullo);
+            i21 = k45_scaled(i21, p21, s2, mullo);
+            i30 = k45_scaled(i30, p30, s3, mullo);
+            i31 = k45_scaled(i31, p31, s3, mullo);
         }
     }
     const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
@@ -777,11 +786,11 @@ static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, cons
     k45_float(rw, R, blk1, isum1, acc1, stride);
 }
 
-static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride, int has_high) {
+static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride, int mullo) {
     const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
                   *q3 = (const int32_t *)rw[3].q;
     const __m512i *A = (const __m512i *)blk;
-    const int span = has_high ? 8 : 4;
+    const int span = mullo ? 8 : 4;
     __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
     for (int sub = 0; sub < 8; sub++) {
         const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
@@ -795,10 +804,10 @@ static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m
                 p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
                 p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
             }
-            i0 = k45_scaled(i0, p0, s0, has_high);
-            i1 = k45_scaled(i1, p1, s1, has_high);
-            i2 = k45_scaled(i2, p2, s2, has_high);
-            i3 = k45_scaled(i3, p3, s3, has_high);
+            i0 = k45_scaled(i0, p0, s0, mullo);
+            i1 = k45_scaled(i1, p1, s1, mullo);
+            i2 = k45_scaled(i2, p2, s2, mullo);
+            i3 = k45_scaled(i3, p3, s3, mullo);
         }
     }
     const __m512i isum[4] = {i0, i1, i2, i3};
@@ -806,7 +815,7 @@ static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m
 }
 
 static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
-                     float *out, size_t os, int bytes, int qs_off, int has_high) {
+                     float *out, size_t os, int bytes, int qs_off, int has_high, int mullo) {
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
@@ -830,10 +839,10 @@ static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint
                 for (; tb + 1 < tb1; tb += 2)
                     k45_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8,
                              packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                             &acc[0][tb + 1 - tb0], TB_CHUNK, has_high);
+                             &acc[0][tb + 1 - tb0], TB_CHUNK, mullo);
                 if (tb < tb1)
                     k45_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                               TB_CHUNK, has_high);
+                               TB_CHUNK, mullo);
             }
             tile_store(acc, R, r0, tb0, tb1, toks, out, os);
         }
@@ -842,14 +851,30 @@ static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint
 
 static void tile_q4_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
                            size_t os) {
-    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0);
+    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0, 0);
+}
+static void tile_q4_k8m_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                            size_t os) {
+    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0, 1);
 }
 static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
                            size_t os) {
-    k45_run8(n, w, ws, rows, packed, toks, out, os, 176, 48, 1);
+    k45_run8(n, w, ws, rows, packed, toks, out, os, 176, 48, 1, 1);
 }
 static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
+                         tile_q4_k8m = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8m_run, 0},
                          tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, 0};
+
+/* The Q4_K tile's scale step (k45_scaled): vpmulld on AMD processors, vpdpwssd elsewhere;
+ * SLUICE_K45_SCALE=mullo|dpwssd chooses (tests run both, measurements compare them). */
+static bool k45_mullo_q4(void) {
+    const char *e = getenv("SLUICE_K45_SCALE");
+    if (e && !strcmp(e, "mullo")) return true;
+    if (e && !strcmp(e, "dpwssd")) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+}
 
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
@@ -1168,7 +1193,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->attn_tokens = attn_tokens_avx512;
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
-    ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k8;
+    ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k8;
     ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
