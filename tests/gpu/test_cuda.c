@@ -949,6 +949,34 @@ static int32_t *load_ids(const char *golden, const char *name, int *n, int vocab
     return ids;
 }
 
+/* Relative L2 difference of the two runs' logits per position: median and worst over the
+ * positions; returns how many positions agree on the top token. */
+static int compare_logits(const run_out *rc, const run_out *rg, int n, int V, double *median, double *worst,
+                          bool print) {
+    double *rel = malloc((size_t)n * sizeof *rel);
+    int top1 = 0;
+    for (int t = 0; t < n; t++) {
+        double num = 0, den = 0;
+        for (int v = 0; v < V; v++) {
+            double d = (double)rg->all[(size_t)t * V + v] - rc->all[(size_t)t * V + v];
+            num += d * d;
+            den += (double)rc->all[(size_t)t * V + v] * rc->all[(size_t)t * V + v];
+        }
+        rel[t] = sqrt(num / (den > 0 ? den : 1));
+        top1 += argmax(rg->all + (size_t)t * V, V) == argmax(rc->all + (size_t)t * V, V);
+    }
+    if (print || big) { /* per position: does the first token (no history) already differ? */
+        printf("  rel by position:");
+        for (int t = 0; t < n && t < (big ? 16 : n); t++) printf(" %.2g", rel[t]);
+        printf("\n");
+    }
+    qsort(rel, (size_t)n, sizeof *rel, cmp_d);
+    *median = rel[n / 2];
+    *worst = rel[n - 1];
+    free(rel);
+    return top1;
+}
+
 static void test_model(const char *path, const char *golden, int want) {
     const char *slash = strrchr(path, '/');
     char name[256];
@@ -987,35 +1015,38 @@ static void test_model(const char *path, const char *golden, int want) {
         free(ids);
         return;
     }
-    double *rel = malloc((size_t)n * sizeof *rel);
-    int top1 = 0;
-    for (int t = 0; t < n; t++) {
-        double num = 0, den = 0;
-        for (int v = 0; v < V; v++) {
-            double d = (double)rg.all[(size_t)t * V + v] - rc.all[(size_t)t * V + v];
-            num += d * d;
-            den += (double)rc.all[(size_t)t * V + v] * rc.all[(size_t)t * V + v];
-        }
-        rel[t] = sqrt(num / (den > 0 ? den : 1));
-        top1 += argmax(rg.all + (size_t)t * V, V) == argmax(rc.all + (size_t)t * V, V);
-    }
-    if (big) { /* per position: does the first token (no history) already differ? */
-        printf("  rel by position:");
-        for (int t = 0; t < n && t < 16; t++) printf(" %.2g", rel[t]);
-        printf("\n");
-    }
-    qsort(rel, (size_t)n, sizeof *rel, cmp_d);
-    const double median = rel[n / 2], worst = rel[n - 1];
+    const bool f32 = strstr(name, "F32") || strstr(name, "stories");
+    double median, worst;
+    int top1 = compare_logits(&rc, &rg, n, V, &median, &worst, !big && getenv("SLUICE_TEST_REL_BY_POSITION"));
     int greedy = 0;
     while (greedy < rg.n_gen && rg.gen[greedy] == rc.gen[greedy]) greedy++;
-    const bool f32 = strstr(name, "F32") || strstr(name, "stories");
     printf("  GPU vs CPU: median rel %.3g, max rel %.3g, top-1 %d/%d, greedy %d/%d (%s)\n", median, worst,
            top1, n, greedy, n_gen, rg.mode);
-    EXPECT(median <= (f32 ? 1e-5 : 1e-4), "%s: median rel %.3g", name, median);
+    /* Two bounds. The prefill attention on tensor cores (3xTF32) rounds differently from the
+     * CPU; a difference of 1e-7 in an activation can flip its 8-bit encoding for the next
+     * product, and every later position that attends to it inherits the change: on
+     * qwen3moe-tiny-Q6_K a flip at position 31 of the first layer puts every later position
+     * about 1e-2 off (median 8e-3; top-1 and greedy all equal). So a quantized model's default
+     * run is held to 2e-2, and a second run with the CPU-ordered attention
+     * (SLUICE_CUDA_ATTN_ROWS=1), which matches the CPU at most positions, keeps the tight bound
+     * that catches an error in any other kernel. F32 activations are never re-encoded: 1e-5. */
+    EXPECT(median <= (f32 ? 1e-5 : 2e-2), "%s: median rel %.3g", name, median);
     EXPECT(worst <= 5e-2, "%s: max rel %.3g", name, worst);
     EXPECT(top1 >= n * 95 / 100, "%s: top-1 %d/%d", name, top1, n);
     EXPECT(greedy >= n_gen * 3 / 4, "%s: greedy %d/%d", name, greedy, n_gen);
-    free(rel);
+    if (!big) {
+        setenv("SLUICE_CUDA_ATTN_ROWS", "1", 1);
+        run_out ro = run_model(path, &gpu, ids, n, n_gen, 0);
+        unsetenv("SLUICE_CUDA_ATTN_ROWS");
+        if (ro.ok) {
+            double m2, w2;
+            const int t2 = compare_logits(&rc, &ro, n, V, &m2, &w2, false);
+            printf("  GPU (CPU-ordered attention) vs CPU: median rel %.3g, max rel %.3g, top-1 %d/%d\n", m2, w2, t2, n);
+            EXPECT(m2 <= (f32 ? 1e-5 : 1e-4), "%s: CPU-ordered attention: median rel %.3g", name, m2);
+        }
+        EXPECT(ro.ok, "%s: GPU run with the CPU-ordered attention", name);
+        free_run(&ro);
+    }
 
     /* the GPU's own invariants */
     bool same;
