@@ -876,6 +876,185 @@ static bool k45_mullo_q4(void) {
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
 }
 
+/* ---- Q6_K tile with u8 x s8 VNNI (AMD) -------------------------------------------------------
+ * The kq tile multiplies Q6_K as int16 pairs (vpdpwssd: 32 multiply-adds per instruction). Here
+ * the unsigned 6-bit quants q (0..63) stay bytes and vpdpbusd takes 64 per instruction against
+ * the packed activation quads (q8k_pack8's A and da, with the 16-value sums of q8k_pack's
+ * bsp): per 16-value sub-block the exact sum of q * a (at most 16 * 63 * 128: not an int16, so
+ * vpmulld by the sub-block's scale), and the reference's q - 32 as 32 * sum(scale * bsum16),
+ * two sub-blocks per vpdpwssd. isum is the reference's exact integer, the float step its
+ * (d*da) * isum: the same bits. Chosen where vpmulld is cheap (the Q4_K tile's test,
+ * k45_mullo_q4; SLUICE_K45_SCALE selects both). */
+#define SB_PACK6 (64 * 64 + 64 + 8 * 64)
+
+static size_t q6_packed_bytes(int64_t n, int toks) {
+    return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK6;
+}
+
+static void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    const int64_t nsb = n / QK_K;
+    for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * SB_PACK6;
+        for (int64_t sb = 0; sb < nsb; sb++, blk += SB_PACK6) {
+            uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 64 * 64 + 64);
+            float *da = (float *)(blk + 64 * 64);
+            for (int k = 0; k < 16; k++) {
+                int t = tb * 16 + k;
+                if (t >= toks) {
+                    for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
+                    for (int j = 0; j < 8; j++) bsp[j * 16 + k] = 0;
+                    da[k] = 0.0f;
+                    continue;
+                }
+                const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
+                da[k] = ld_f32(y);
+                for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
+                for (int j = 0; j < 8; j++) bsp[j * 16 + k] = ld_u32(y + 260 + 4 * j); /* bsums 2j, 2j+1 */
+            }
+        }
+    }
+}
+
+typedef struct q6_row8 {
+    _Alignas(64) uint8_t q[256]; /* the quants in element order */
+    int32_t sc[16];
+    int32_t sp[8]; /* scales 2j (low word) and 2j+1 (high word) */
+    float d;
+} q6_row8;
+
+static inline void unpack_q6_k8(const uint8_t *x, q6_row8 *o) {
+    const int8_t *sc = (const int8_t *)(x + 192);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+        _mm256_store_si256((__m256i *)(o->q + 128 * h),
+                           _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
+        _mm256_store_si256((__m256i *)(o->q + 128 * h + 32),
+                           _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
+        _mm256_store_si256((__m256i *)(o->q + 128 * h + 64),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)));
+        _mm256_store_si256((__m256i *)(o->q + 128 * h + 96),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+    }
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)sc);
+    _mm512_storeu_si512(o->sc, _mm512_cvtepi8_epi32(s8));
+    _mm256_storeu_si256((__m256i *)o->sp, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
+    o->d = ld_f16(x + 208);
+}
+
+/* isum = sum over sub-blocks of scale * sum(q * a) - 32 * sum(scale * bsum16), lane-wise; then
+ * the float step, as kq_float does it */
+static inline void q6_float(const q6_row8 *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
+                            int stride) {
+    const __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
+    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
+    for (int r = 0; r < R; r++) {
+        __m512i m = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].sp[j]), _mm512_load_si512(bsp + j));
+        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, 5));
+        acc[r * stride] = _mm512_add_ps(acc[r * stride],
+                                        _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(is)));
+    }
+}
+
+/* Two 16-token blocks per pass over a super-block of 4 rows (k45_pair's shape, 16 sub-blocks) */
+static inline void q6_pair(const q6_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
+                           __m512 *acc1, int stride) {
+    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
+                  *q3 = (const int32_t *)rw[3].q;
+    const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
+    __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
+    for (int sub = 0; sub < 16; sub++) {
+        __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00, p31 = p00;
+        for (int i = 4 * sub; i < 4 * sub + 4; i++) {
+            const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
+            __m512i b = _mm512_set1_epi32(q0[i]);
+            p00 = _mm512_dpbusd_epi32(p00, b, a0);
+            p01 = _mm512_dpbusd_epi32(p01, b, a1);
+            b = _mm512_set1_epi32(q1[i]);
+            p10 = _mm512_dpbusd_epi32(p10, b, a0);
+            p11 = _mm512_dpbusd_epi32(p11, b, a1);
+            b = _mm512_set1_epi32(q2[i]);
+            p20 = _mm512_dpbusd_epi32(p20, b, a0);
+            p21 = _mm512_dpbusd_epi32(p21, b, a1);
+            b = _mm512_set1_epi32(q3[i]);
+            p30 = _mm512_dpbusd_epi32(p30, b, a0);
+            p31 = _mm512_dpbusd_epi32(p31, b, a1);
+        }
+        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
+                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
+        i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
+        i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
+        i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
+        i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
+        i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
+        i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
+        i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
+        i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
+    }
+    const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
+    q6_float(rw, R, blk0, isum0, acc0, stride);
+    q6_float(rw, R, blk1, isum1, acc1, stride);
+}
+
+static inline void q6_single(const q6_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride) {
+    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
+                  *q3 = (const int32_t *)rw[3].q;
+    const __m512i *A = (const __m512i *)blk;
+    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
+    for (int sub = 0; sub < 16; sub++) {
+        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
+        for (int i = 4 * sub; i < 4 * sub + 4; i++) {
+            const __m512i av = _mm512_load_si512(A + i);
+            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
+            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
+            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
+            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
+        }
+        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
+        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
+        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
+        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
+    }
+    const __m512i isum[4] = {i0, i1, i2, i3};
+    q6_float(rw, R, blk, isum, acc, stride);
+}
+
+static void tile_q6_k8_run(int64_t n, const void *wv, size_t ws, int rows, const void *pv, int toks, float *out,
+                           size_t os) {
+    const uint8_t *w = wv, *packed = pv;
+    const int64_t nsb = n / QK_K;
+    const int ntb = (toks + 15) / 16;
+    __m512 acc[4][TB_CHUNK];
+    q6_row8 rw[4];
+    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
+        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            int R = rows - r0 < 4 ? rows - r0 : 4;
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
+            for (int64_t sb = 0; sb < nsb; sb++) {
+                const int64_t ahead = sb + 2 < nsb ? sb + 2 : sb + 2 - nsb;
+                if (ahead < nsb) prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * 210, 210);
+                for (int r = 0; r < R; r++) unpack_q6_k8(w + (size_t)(r0 + r) * ws + (size_t)sb * 210, &rw[r]);
+                for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
+                int tb = tb0;
+                for (; tb + 1 < tb1; tb += 2)
+                    q6_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK6,
+                            packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK6, &acc[0][tb - tb0],
+                            &acc[0][tb + 1 - tb0], TB_CHUNK);
+                if (tb < tb1)
+                    q6_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK6, &acc[0][tb - tb0],
+                              TB_CHUNK);
+            }
+            tile_store(acc, R, r0, tb0, tb1, toks, out, os);
+        }
+    }
+}
+
+static const kernel_tile tile_q6_k8 = {q6_packed_bytes, q6_pack, tile_q6_k8_run, 0};
+
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
                            int toks, float *out, size_t os) {                                     \
@@ -1195,7 +1374,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k8;
-    ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k;
+    ks->tile[GGML_TYPE_Q6_K] = k45_mullo_q4() ? &tile_q6_k8 : &tile_q6_k;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
     ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs;
     ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs;
