@@ -739,78 +739,60 @@ static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int 
     return mullo ? _mm512_add_epi32(isum, _mm512_mullo_epi32(part, scale)) : _mm512_dpwssd_epi32(isum, part, scale);
 }
 
-/* Two 16-token blocks per pass over a super-block of 4 rows: each broadcast weight quad feeds
- * two vpdpbusd (one per token block) and each activation load four (one per row), where one
- * block per pass paid a broadcast per vpdpbusd. The integer sums per (row, token) are the same
- * exact values, and each block's float step is the same: the same bits. */
-static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
-                            __m512 *acc1, int stride, int mullo) {
-    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
-                  *q3 = (const int32_t *)rw[3].q;
-    const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
-    const int span = mullo ? 8 : 4; /* quads per partial sum */
-    __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
-    for (int sub = 0; sub < 8; sub++) {
-        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
-                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
-        for (int h = 8 * sub; h < 8 * sub + 8; h += span) {
-            __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00,
-                    p31 = p00;
+/* The integer part of a byte tile's pass over one super-block of 4 rows: each row's 64 weight
+ * quads q[r] against the packed activation quads of one token block (A0) or two (A1 too): with
+ * two, each broadcast weight quad feeds two vpdpbusd (one per token block) and each activation
+ * load four (one per row), where one block per pass paid a broadcast per vpdpbusd. Sums run
+ * over `span` quads, then k45_scaled multiplies them by their sub-block's scale sc[r][sub]
+ * (64 / n_sub quads a sub-block). isum0 (isum1) receive the exact integers per (row, token). */
+static inline __attribute__((always_inline)) void quad_pass(const int32_t *const q[4], const int32_t *const sc[4],
+                                                            int n_sub, int span, int mullo, const __m512i *A0,
+                                                            const __m512i *A1, __m512i isum0[4], __m512i isum1[4]) {
+    const int qps = 64 / n_sub;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) isum0[r] = isum1[r] = _mm512_setzero_si512();
+    for (int sub = 0; sub < n_sub; sub++) {
+        for (int h = qps * sub; h < qps * sub + qps; h += span) {
+            __m512i p0[4], p1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) p0[r] = p1[r] = _mm512_setzero_si512();
             for (int i = h; i < h + span; i++) {
-                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
-                __m512i b = _mm512_set1_epi32(q0[i]);
-                p00 = _mm512_dpbusd_epi32(p00, b, a0);
-                p01 = _mm512_dpbusd_epi32(p01, b, a1);
-                b = _mm512_set1_epi32(q1[i]);
-                p10 = _mm512_dpbusd_epi32(p10, b, a0);
-                p11 = _mm512_dpbusd_epi32(p11, b, a1);
-                b = _mm512_set1_epi32(q2[i]);
-                p20 = _mm512_dpbusd_epi32(p20, b, a0);
-                p21 = _mm512_dpbusd_epi32(p21, b, a1);
-                b = _mm512_set1_epi32(q3[i]);
-                p30 = _mm512_dpbusd_epi32(p30, b, a0);
-                p31 = _mm512_dpbusd_epi32(p31, b, a1);
+                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = A1 ? _mm512_load_si512(A1 + i) : a0;
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const __m512i b = _mm512_set1_epi32(q[r][i]);
+                    p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
+                    if (A1) p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
+                }
             }
-            i00 = k45_scaled(i00, p00, s0, mullo);
-            i01 = k45_scaled(i01, p01, s0, mullo);
-            i10 = k45_scaled(i10, p10, s1, mullo);
-            i11 = k45_scaled(i11, p11, s1, mullo);
-            i20 = k45_scaled(i20, p20, s2, mullo);
-            i21 = k45_scaled(i21, p21, s2, mullo);
-            i30 = k45_scaled(i30, p30, s3, mullo);
-            i31 = k45_scaled(i31, p31, s3, mullo);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512i s = _mm512_set1_epi32(sc[r][sub]);
+                isum0[r] = k45_scaled(isum0[r], p0[r], s, mullo);
+                if (A1) isum1[r] = k45_scaled(isum1[r], p1[r], s, mullo);
+            }
         }
     }
-    const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
+}
+
+/* Q4_K / Q5_K: eight 32-value sub-blocks; Q4_K's 4-quad int16 sums where mullo is 0 */
+static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
+                            __m512 *acc1, int stride, int mullo) {
+    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
+                           (const int32_t *)rw[3].q};
+    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
+    __m512i isum0[4], isum1[4];
+    quad_pass(q, sc, 8, mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, isum0, isum1);
     k45_float(rw, R, blk0, isum0, acc0, stride);
     k45_float(rw, R, blk1, isum1, acc1, stride);
 }
 
 static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride, int mullo) {
-    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
-                  *q3 = (const int32_t *)rw[3].q;
-    const __m512i *A = (const __m512i *)blk;
-    const int span = mullo ? 8 : 4;
-    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
-    for (int sub = 0; sub < 8; sub++) {
-        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
-                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
-        for (int h = 8 * sub; h < 8 * sub + 8; h += span) {
-            __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
-            for (int i = h; i < h + span; i++) {
-                __m512i av = _mm512_load_si512(A + i);
-                p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
-                p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
-                p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
-                p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
-            }
-            i0 = k45_scaled(i0, p0, s0, mullo);
-            i1 = k45_scaled(i1, p1, s1, mullo);
-            i2 = k45_scaled(i2, p2, s2, mullo);
-            i3 = k45_scaled(i3, p3, s3, mullo);
-        }
-    }
-    const __m512i isum[4] = {i0, i1, i2, i3};
+    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
+                           (const int32_t *)rw[3].q};
+    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
+    __m512i isum[4], unused[4];
+    quad_pass(q, sc, 8, mullo ? 8 : 4, mullo, (const __m512i *)blk, NULL, isum, unused);
     k45_float(rw, R, blk, isum, acc, stride);
 }
 
@@ -958,66 +940,24 @@ static inline void q6_float(const q6_row8 *rw, int R, const uint8_t *blk, const 
     }
 }
 
-/* Two 16-token blocks per pass over a super-block of 4 rows (k45_pair's shape, 16 sub-blocks) */
+/* 16 sub-blocks of 16 values (4 quads), always vpmulld */
 static inline void q6_pair(const q6_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
                            __m512 *acc1, int stride) {
-    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
-                  *q3 = (const int32_t *)rw[3].q;
-    const __m512i *A0 = (const __m512i *)blk0, *A1 = (const __m512i *)blk1;
-    __m512i i00 = _mm512_setzero_si512(), i10 = i00, i20 = i00, i30 = i00, i01 = i00, i11 = i00, i21 = i00, i31 = i00;
-    for (int sub = 0; sub < 16; sub++) {
-        __m512i p00 = _mm512_setzero_si512(), p10 = p00, p20 = p00, p30 = p00, p01 = p00, p11 = p00, p21 = p00, p31 = p00;
-        for (int i = 4 * sub; i < 4 * sub + 4; i++) {
-            const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
-            __m512i b = _mm512_set1_epi32(q0[i]);
-            p00 = _mm512_dpbusd_epi32(p00, b, a0);
-            p01 = _mm512_dpbusd_epi32(p01, b, a1);
-            b = _mm512_set1_epi32(q1[i]);
-            p10 = _mm512_dpbusd_epi32(p10, b, a0);
-            p11 = _mm512_dpbusd_epi32(p11, b, a1);
-            b = _mm512_set1_epi32(q2[i]);
-            p20 = _mm512_dpbusd_epi32(p20, b, a0);
-            p21 = _mm512_dpbusd_epi32(p21, b, a1);
-            b = _mm512_set1_epi32(q3[i]);
-            p30 = _mm512_dpbusd_epi32(p30, b, a0);
-            p31 = _mm512_dpbusd_epi32(p31, b, a1);
-        }
-        const __m512i s0 = _mm512_set1_epi32(rw[0].sc[sub]), s1 = _mm512_set1_epi32(rw[1].sc[sub]),
-                      s2 = _mm512_set1_epi32(rw[2].sc[sub]), s3 = _mm512_set1_epi32(rw[3].sc[sub]);
-        i00 = _mm512_add_epi32(i00, _mm512_mullo_epi32(p00, s0));
-        i01 = _mm512_add_epi32(i01, _mm512_mullo_epi32(p01, s0));
-        i10 = _mm512_add_epi32(i10, _mm512_mullo_epi32(p10, s1));
-        i11 = _mm512_add_epi32(i11, _mm512_mullo_epi32(p11, s1));
-        i20 = _mm512_add_epi32(i20, _mm512_mullo_epi32(p20, s2));
-        i21 = _mm512_add_epi32(i21, _mm512_mullo_epi32(p21, s2));
-        i30 = _mm512_add_epi32(i30, _mm512_mullo_epi32(p30, s3));
-        i31 = _mm512_add_epi32(i31, _mm512_mullo_epi32(p31, s3));
-    }
-    const __m512i isum0[4] = {i00, i10, i20, i30}, isum1[4] = {i01, i11, i21, i31};
+    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
+                           (const int32_t *)rw[3].q};
+    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
+    __m512i isum0[4], isum1[4];
+    quad_pass(q, sc, 16, 4, 1, (const __m512i *)blk0, (const __m512i *)blk1, isum0, isum1);
     q6_float(rw, R, blk0, isum0, acc0, stride);
     q6_float(rw, R, blk1, isum1, acc1, stride);
 }
 
 static inline void q6_single(const q6_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride) {
-    const int32_t *q0 = (const int32_t *)rw[0].q, *q1 = (const int32_t *)rw[1].q, *q2 = (const int32_t *)rw[2].q,
-                  *q3 = (const int32_t *)rw[3].q;
-    const __m512i *A = (const __m512i *)blk;
-    __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
-    for (int sub = 0; sub < 16; sub++) {
-        __m512i p0 = _mm512_setzero_si512(), p1 = p0, p2 = p0, p3 = p0;
-        for (int i = 4 * sub; i < 4 * sub + 4; i++) {
-            const __m512i av = _mm512_load_si512(A + i);
-            p0 = _mm512_dpbusd_epi32(p0, _mm512_set1_epi32(q0[i]), av);
-            p1 = _mm512_dpbusd_epi32(p1, _mm512_set1_epi32(q1[i]), av);
-            p2 = _mm512_dpbusd_epi32(p2, _mm512_set1_epi32(q2[i]), av);
-            p3 = _mm512_dpbusd_epi32(p3, _mm512_set1_epi32(q3[i]), av);
-        }
-        i0 = _mm512_add_epi32(i0, _mm512_mullo_epi32(p0, _mm512_set1_epi32(rw[0].sc[sub])));
-        i1 = _mm512_add_epi32(i1, _mm512_mullo_epi32(p1, _mm512_set1_epi32(rw[1].sc[sub])));
-        i2 = _mm512_add_epi32(i2, _mm512_mullo_epi32(p2, _mm512_set1_epi32(rw[2].sc[sub])));
-        i3 = _mm512_add_epi32(i3, _mm512_mullo_epi32(p3, _mm512_set1_epi32(rw[3].sc[sub])));
-    }
-    const __m512i isum[4] = {i0, i1, i2, i3};
+    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
+                           (const int32_t *)rw[3].q};
+    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
+    __m512i isum[4], unused[4];
+    quad_pass(q, sc, 16, 4, 1, (const __m512i *)blk, NULL, isum, unused);
     q6_float(rw, R, blk, isum, acc, stride);
 }
 
