@@ -653,25 +653,35 @@ static size_t q8k_packed_bytes8(int64_t n, int toks) {
     return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK8;
 }
 
-static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+/* Byte-quad activations per 16 tokens and super-block (sb_bytes each): A8 [64 quads][16 tokens]
+ * of 4 code bytes, da [16], then pairs of bsums per token: with sums32, the 4 pairs of 32-value
+ * sums (sub-blocks 2i and 2i+1, for the Q4_K/Q5_K mins); else the 8 pairs of Q8_K's 16-value
+ * sums (for Q6_K's q - 32). */
+static inline void pack_quads(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst,
+                              size_t sb_bytes, int sums32) {
     const int64_t nsb = n / QK_K;
+    const int npairs = sums32 ? 4 : 8;
     for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
-        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * SB_PACK8;
-        for (int64_t sb = 0; sb < nsb; sb++, blk += SB_PACK8) {
+        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * sb_bytes;
+        for (int64_t sb = 0; sb < nsb; sb++, blk += sb_bytes) {
             uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 64 * 64 + 64);
             float *da = (float *)(blk + 64 * 64);
             for (int k = 0; k < 16; k++) {
                 int t = tb * 16 + k;
                 if (t >= toks) {
                     for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
-                    for (int i = 0; i < 4; i++) bsp[i * 16 + k] = 0;
+                    for (int i = 0; i < npairs; i++) bsp[i * 16 + k] = 0;
                     da[k] = 0.0f;
                     continue;
                 }
                 const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
                 da[k] = ld_f32(y);
                 for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < npairs; i++) {
+                    if (!sums32) {
+                        bsp[i * 16 + k] = ld_u32(y + 260 + 4 * i); /* bsums 2i, 2i+1 */
+                        continue;
+                    }
                     int16_t g[4]; /* the 16-value sums of sub-blocks 2i and 2i+1 */
                     memcpy(g, y + 260 + 8 * i, 8);
                     uint16_t lo = (uint16_t)(int16_t)(g[0] + g[1]), hi = (uint16_t)(int16_t)(g[2] + g[3]);
@@ -680,6 +690,10 @@ static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int
             }
         }
     }
+}
+
+static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK8, 1);
 }
 
 typedef struct k45_row8 {
@@ -874,27 +888,7 @@ static size_t q6_packed_bytes(int64_t n, int toks) {
 }
 
 static void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
-    const int64_t nsb = n / QK_K;
-    for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
-        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * SB_PACK6;
-        for (int64_t sb = 0; sb < nsb; sb++, blk += SB_PACK6) {
-            uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 64 * 64 + 64);
-            float *da = (float *)(blk + 64 * 64);
-            for (int k = 0; k < 16; k++) {
-                int t = tb * 16 + k;
-                if (t >= toks) {
-                    for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
-                    for (int j = 0; j < 8; j++) bsp[j * 16 + k] = 0;
-                    da[k] = 0.0f;
-                    continue;
-                }
-                const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
-                da[k] = ld_f32(y);
-                for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
-                for (int j = 0; j < 8; j++) bsp[j * 16 + k] = ld_u32(y + 260 + 4 * j); /* bsums 2j, 2j+1 */
-            }
-        }
-    }
+    pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK6, 0);
 }
 
 typedef struct q6_row8 {
