@@ -520,7 +520,7 @@ static inline void kq_float(const kq_tile_type *kt, const kq_row *rw, int R, con
 /* Writes a tile's results: acc[r][tb - tb0] holds rows r0 + r (r < R) for the 16 tokens of
  * token block tb; out is token-major (token t's row r at out[t * os + r]). With 4 rows the
  * 4 x 16 block is transposed in registers and each token gets one 16-byte store (scalar stores
- * to 16 different lines per row had the store buffer full: ~15% of k45_run8 with 16 tokens per
+ * to 16 different lines per row had the store buffer full: ~15% of the Q4_K tile with 16 tokens per
  * expert). The values are only moved, never changed. */
 static inline void tile_store(__m512 acc[4][TB_CHUNK], int R, int r0, int tb0, int tb1, int toks, float *out,
                               size_t os) {
@@ -549,7 +549,7 @@ static inline void tile_store(__m512 acc[4][TB_CHUNK], int R, int r0, int tb0, i
 
 /* The tile kernels walk 4 rows at a time along their super-blocks. A row of an expert matrix is
  * only 1-2 KiB, so each of those 4 streams is too short for the hardware prefetcher to follow and
- * every super-block's first load waited on memory (a quarter of k45_run8's samples sat on it with
+ * every super-block's first load waited on memory (a quarter of the Q4_K tile's samples sat on it with
  * 16 tokens per expert). Asking for the next group's block of the same super-block one group
  * ahead hides that: the 16-token Q4_K tile 125 -> 167 GOP/s on one thread (bench_kernels). */
 static inline void prefetch_next_rows(const uint8_t *w, size_t ws, int first, int rows, size_t off, int bytes) {
@@ -696,18 +696,22 @@ static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int
     pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK8, 1);
 }
 
-typedef struct k45_row8 {
+/* One decoded super-block of a weight row for the byte tiles (Q4_K, Q5_K, Q6_K): the 256 quants
+ * as bytes in element order, each sub-block's integer scale, int16 pairs for the bsum step
+ * (Q4_K/Q5_K: the mins of sub-blocks 2i and 2i+1, low word first; Q6_K: the scales of 16-value
+ * sub-blocks 2j and 2j+1) and the float scales. */
+typedef struct byte_row {
     _Alignas(64) uint8_t q[256];
-    _Alignas(32) int32_t sc[8];
-    int32_t mp[4]; /* mp[i]: the mins of sub-blocks 2i (low word) and 2i+1 (high word) */
+    int32_t sc[16];
+    int32_t pairs[8];
     float d, dm;
-} k45_row8;
+} byte_row;
 
-static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int has_high) {
+static inline void unpack_k45_8(const uint8_t *x, byte_row *o, int qs_off, int has_high) {
     /* scales 0..7 widened to dwords; mins 0..7 as words are already the four (2i, 2i+1) pairs */
     const __m256i s16 = k4_scales16(x + 4);
     _mm256_store_si256((__m256i *)o->sc, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16)));
-    _mm_store_si128((__m128i *)o->mp, _mm256_extracti128_si256(s16, 1));
+    _mm_store_si128((__m128i *)o->pairs, _mm256_extracti128_si256(s16, 1));
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
@@ -726,14 +730,14 @@ static inline void unpack_k45_8(const uint8_t *x, k45_row8 *o, int qs_off, int h
 
 /* The float step of one (4 rows) x (16 tokens) block: the reference's
  * sumf += (d*da)*isum - (dmin*da)*summs, lane-wise. */
-static inline void k45_float(const k45_row8 *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
+static inline void k45_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
                              int stride) {
     __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
     const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
     for (int r = 0; r < R; r++) {
         __m512i m = _mm512_setzero_si512();
         for (int i = 0; i < 4; i++)
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].mp[i]), _mm512_load_si512(bsp + i));
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[i]), _mm512_load_si512(bsp + i));
         __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
         __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
         acc[r * stride] = _mm512_add_ps(acc[r * stride], _mm512_sub_ps(t, mt));
@@ -789,78 +793,6 @@ static inline __attribute__((always_inline)) void quad_pass(const int32_t *const
     }
 }
 
-/* Q4_K / Q5_K: eight 32-value sub-blocks; Q4_K's 4-quad int16 sums where mullo is 0 */
-static inline void k45_pair(const k45_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
-                            __m512 *acc1, int stride, int mullo) {
-    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
-                           (const int32_t *)rw[3].q};
-    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
-    __m512i isum0[4], isum1[4];
-    quad_pass(q, sc, 8, mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, isum0, isum1);
-    k45_float(rw, R, blk0, isum0, acc0, stride);
-    k45_float(rw, R, blk1, isum1, acc1, stride);
-}
-
-static inline void k45_single(const k45_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride, int mullo) {
-    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
-                           (const int32_t *)rw[3].q};
-    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
-    __m512i isum[4], unused[4];
-    quad_pass(q, sc, 8, mullo ? 8 : 4, mullo, (const __m512i *)blk, NULL, isum, unused);
-    k45_float(rw, R, blk, isum, acc, stride);
-}
-
-static inline __attribute__((always_inline)) void k45_run8(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *packed, int toks,
-                     float *out, size_t os, int bytes, int qs_off, int has_high, int mullo) {
-    const int64_t nsb = n / QK_K;
-    const int ntb = (toks + 15) / 16;
-    __m512 acc[4][TB_CHUNK];
-    k45_row8 rw[4];
-    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
-        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
-        for (int r0 = 0; r0 < rows; r0 += 4) {
-            int R = rows - r0 < 4 ? rows - r0 : 4;
-            for (int r = 0; r < 4; r++)
-                for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
-            for (int64_t sb = 0; sb < nsb; sb++) {
-                /* the block two super-blocks ahead in walking order (into the next group near
-                 * the row's end); kq_rows keeps the one-group-ahead form above */
-                const int64_t ahead = sb + 2 < nsb ? sb + 2 : sb + 2 - nsb;
-                if (ahead < nsb)
-                    prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * (size_t)bytes, bytes);
-                for (int r = 0; r < R; r++)
-                    unpack_k45_8(w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], qs_off, has_high);
-                for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
-                int tb = tb0;
-                for (; tb + 1 < tb1; tb += 2)
-                    k45_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8,
-                             packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                             &acc[0][tb + 1 - tb0], TB_CHUNK, mullo);
-                if (tb < tb1)
-                    k45_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK8, &acc[0][tb - tb0],
-                               TB_CHUNK, mullo);
-            }
-            tile_store(acc, R, r0, tb0, tb1, toks, out, os);
-        }
-    }
-}
-
-static void tile_q4_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                           size_t os) {
-    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0, 0);
-}
-static void tile_q4_k8m_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                            size_t os) {
-    k45_run8(n, w, ws, rows, packed, toks, out, os, 144, 16, 0, 1);
-}
-static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                           size_t os) {
-    k45_run8(n, w, ws, rows, packed, toks, out, os, 176, 48, 1, 1);
-}
-static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
-                         tile_q4_k8m = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8m_run, 0},
-                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, 0};
-
 /* The Q4_K tile's scale step (k45_scaled): vpmulld on AMD processors, vpdpwssd elsewhere;
  * SLUICE_K45_SCALE=mullo|dpwssd chooses (tests run both, measurements compare them). */
 static bool k45_mullo_q4(void) {
@@ -891,14 +823,8 @@ static void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t
     pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK6, 0);
 }
 
-typedef struct q6_row8 {
-    _Alignas(64) uint8_t q[256]; /* the quants in element order */
-    int32_t sc[16];
-    int32_t sp[8]; /* scales 2j (low word) and 2j+1 (high word) */
-    float d;
-} q6_row8;
 
-static inline void unpack_q6_k8(const uint8_t *x, q6_row8 *o) {
+static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
     const int8_t *sc = (const int8_t *)(x + 192);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; h++) {
@@ -915,53 +841,60 @@ static inline void unpack_q6_k8(const uint8_t *x, q6_row8 *o) {
     }
     const __m128i s8 = _mm_loadu_si128((const __m128i *)sc);
     _mm512_storeu_si512(o->sc, _mm512_cvtepi8_epi32(s8));
-    _mm256_storeu_si256((__m256i *)o->sp, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
+    _mm256_storeu_si256((__m256i *)o->pairs, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
     o->d = ld_f16(x + 208);
 }
 
 /* isum = sum over sub-blocks of scale * sum(q * a) - 32 * sum(scale * bsum16), lane-wise; then
  * the float step, as kq_float does it */
-static inline void q6_float(const q6_row8 *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
+static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
                             int stride) {
     const __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
     const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
     for (int r = 0; r < R; r++) {
         __m512i m = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].sp[j]), _mm512_load_si512(bsp + j));
+        for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[j]), _mm512_load_si512(bsp + j));
         const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, 5));
         acc[r * stride] = _mm512_add_ps(acc[r * stride],
                                         _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(is)));
     }
 }
 
-/* 16 sub-blocks of 16 values (4 quads), always vpmulld */
-static inline void q6_pair(const q6_row8 *rw, int R, const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
-                           __m512 *acc1, int stride) {
+/* ---- the byte tiles' walk (Q4_K, Q5_K, Q6_K) ---------------------------------------------- */
+
+enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K };
+
+/* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
+ * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
+ * Q6_K: sixteen 16-value sub-blocks, vpmulld), then the type's float step. */
+static inline void byte_pass(const byte_row *rw, int R, int kind, int mullo,
+                                                            const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
+                                                            __m512 *acc1, int stride) {
     const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
                            (const int32_t *)rw[3].q};
     const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
+    const int q6 = kind == BYTE_Q6_K;
     __m512i isum0[4], isum1[4];
-    quad_pass(q, sc, 16, 4, 1, (const __m512i *)blk0, (const __m512i *)blk1, isum0, isum1);
-    q6_float(rw, R, blk0, isum0, acc0, stride);
-    q6_float(rw, R, blk1, isum1, acc1, stride);
+    quad_pass(q, sc, q6 ? 16 : 8, q6 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, isum0,
+              isum1);
+    if (q6) {
+        q6_float(rw, R, blk0, isum0, acc0, stride);
+        if (blk1) q6_float(rw, R, blk1, isum1, acc1, stride);
+    } else {
+        k45_float(rw, R, blk0, isum0, acc0, stride);
+        if (blk1) k45_float(rw, R, blk1, isum1, acc1, stride);
+    }
 }
 
-static inline void q6_single(const q6_row8 *rw, int R, const uint8_t *blk, __m512 *acc, int stride) {
-    const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
-                           (const int32_t *)rw[3].q};
-    const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
-    __m512i isum[4], unused[4];
-    quad_pass(q, sc, 16, 4, 1, (const __m512i *)blk, NULL, isum, unused);
-    q6_float(rw, R, blk, isum, acc, stride);
-}
-
-static void tile_q6_k8_run(int64_t n, const void *wv, size_t ws, int rows, const void *pv, int toks, float *out,
-                           size_t os) {
-    const uint8_t *w = wv, *packed = pv;
+static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const uint8_t *w, size_t ws, int rows,
+                                                                const uint8_t *packed, int toks, float *out, size_t os,
+                                                                int kind, int mullo) {
+    const int bytes = kind == BYTE_Q4_K ? 144 : kind == BYTE_Q5_K ? 176 : 210;
+    const size_t sbp = kind == BYTE_Q6_K ? SB_PACK6 : SB_PACK8;
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
-    q6_row8 rw[4];
+    byte_row rw[4];
     for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
         int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -969,24 +902,50 @@ static void tile_q6_k8_run(int64_t n, const void *wv, size_t ws, int rows, const
             for (int r = 0; r < 4; r++)
                 for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
             for (int64_t sb = 0; sb < nsb; sb++) {
+                /* the block two super-blocks ahead in walking order (into the next group near
+                 * the row's end); kq_rows keeps the one-group-ahead form above */
                 const int64_t ahead = sb + 2 < nsb ? sb + 2 : sb + 2 - nsb;
-                if (ahead < nsb) prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * 210, 210);
-                for (int r = 0; r < R; r++) unpack_q6_k8(w + (size_t)(r0 + r) * ws + (size_t)sb * 210, &rw[r]);
+                if (ahead < nsb)
+                    prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * (size_t)bytes, bytes);
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *x = w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes;
+                    if (kind == BYTE_Q6_K) unpack_q6_k8(x, &rw[r]);
+                    else unpack_k45_8(x, &rw[r], kind == BYTE_Q4_K ? 16 : 48, kind == BYTE_Q5_K);
+                }
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
-                int tb = tb0;
-                for (; tb + 1 < tb1; tb += 2)
-                    q6_pair(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK6,
-                            packed + ((size_t)(tb + 1) * (size_t)nsb + (size_t)sb) * SB_PACK6, &acc[0][tb - tb0],
-                            &acc[0][tb + 1 - tb0], TB_CHUNK);
-                if (tb < tb1)
-                    q6_single(rw, R, packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * SB_PACK6, &acc[0][tb - tb0],
-                              TB_CHUNK);
+                for (int tb = tb0; tb < tb1; tb += 2) {
+                    const uint8_t *b0 = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * sbp;
+                    if (tb + 1 < tb1)
+                        byte_pass(rw, R, kind, mullo, b0, b0 + (size_t)nsb * sbp, &acc[0][tb - tb0], &acc[0][tb + 1 - tb0],
+                                  TB_CHUNK);
+                    else
+                        byte_pass(rw, R, kind, mullo, b0, NULL, &acc[0][tb - tb0], NULL, TB_CHUNK);
+                }
             }
             tile_store(acc, R, r0, tb0, tb1, toks, out, os);
         }
     }
 }
 
+static void tile_q4_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                           size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q4_K, 0);
+}
+static void tile_q4_k8m_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                            size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q4_K, 1);
+}
+static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                           size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q5_K, 1);
+}
+static void tile_q6_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                           size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q6_K, 1);
+}
+static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
+                         tile_q4_k8m = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8m_run, 0},
+                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, 0};
 static const kernel_tile tile_q6_k8 = {q6_packed_bytes, q6_pack, tile_q6_k8_run, 0};
 
 #define KQ_TILE(name, kt)                                                                          \
