@@ -369,8 +369,8 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
         need += mm_scratch_bytes(gate[i], 1) + mm_scratch_bytes(down[i], 1) +
                 ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
     }
-    eo_job *j = calloc(1, sizeof *j);
-    if (!j) return false;
+    _Static_assert(sizeof(eo_job) < 16384, "eo_job lives on the stack");
+    eo_job job = {0}, *j = &job; /* a few KiB: on the stack, not an allocation per layer and token */
     uint8_t *base = scratch(c, need), *p = base;
     j->ne = ne;
     /* gate/up: x encoded once per activation format (experts of a layer share it) */
@@ -408,7 +408,6 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
     }
     j->down_phase = true;
     threadpool_run_shares(c->pool, eo_task, j, dot_shares(c));
-    free(j);
     return true;
 }
 
