@@ -765,7 +765,8 @@ static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int 
  * (64 / n_sub quads a sub-block). isum0 (isum1) receive the exact integers per (row, token). */
 static inline __attribute__((always_inline)) void quad_pass(const int32_t *const q[4], const int32_t *const sc[4],
                                                             int n_sub, int span, int mullo, const __m512i *A0,
-                                                            const __m512i *A1, __m512i isum0[4], __m512i isum1[4]) {
+                                                            const __m512i *A1, int two, __m512i isum0[4],
+                                                            __m512i isum1[4]) {
     const int qps = 64 / n_sub;
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) isum0[r] = isum1[r] = _mm512_setzero_si512();
@@ -774,20 +775,38 @@ static inline __attribute__((always_inline)) void quad_pass(const int32_t *const
             __m512i p0[4], p1[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) p0[r] = p1[r] = _mm512_setzero_si512();
-            for (int i = h; i < h + span; i++) {
-                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = A1 ? _mm512_load_si512(A1 + i) : a0;
+            if (two) {
+#pragma GCC unroll 8
+                for (int i = h; i < h + span; i++) {
+                    const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
 #pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    const __m512i b = _mm512_set1_epi32(q[r][i]);
-                    p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
-                    if (A1) p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
+                    for (int r = 0; r < 4; r++) {
+                        const __m512i b = _mm512_set1_epi32(q[r][i]);
+                        p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
+                        p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
+                    }
                 }
+            } else {
+                /* one token block: even quads into p0, odd into p1, so that 8 chains hide
+                 * vpdpbusd's latency (4 cycles; 4 chains ran at half the issue rate), then one
+                 * exact integer add */
+#pragma GCC unroll 4
+                for (int i = h; i < h + span; i += 2) {
+                    const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A0 + i + 1);
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) {
+                        p0[r] = _mm512_dpbusd_epi32(p0[r], _mm512_set1_epi32(q[r][i]), a0);
+                        p1[r] = _mm512_dpbusd_epi32(p1[r], _mm512_set1_epi32(q[r][i + 1]), a1);
+                    }
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) p0[r] = _mm512_add_epi32(p0[r], p1[r]);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 const __m512i s = _mm512_set1_epi32(sc[r][sub]);
                 isum0[r] = k45_scaled(isum0[r], p0[r], s, mullo);
-                if (A1) isum1[r] = k45_scaled(isum1[r], p1[r], s, mullo);
+                if (two) isum1[r] = k45_scaled(isum1[r], p1[r], s, mullo);
             }
         }
     }
@@ -867,7 +886,7 @@ enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K };
 /* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
  * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
  * Q6_K: sixteen 16-value sub-blocks, vpmulld), then the type's float step. */
-static inline void byte_pass(const byte_row *rw, int R, int kind, int mullo,
+static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, int R, int kind, int mullo, int two,
                                                             const uint8_t *blk0, const uint8_t *blk1, __m512 *acc0,
                                                             __m512 *acc1, int stride) {
     const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
@@ -875,16 +894,41 @@ static inline void byte_pass(const byte_row *rw, int R, int kind, int mullo,
     const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
     const int q6 = kind == BYTE_Q6_K;
     __m512i isum0[4], isum1[4];
-    quad_pass(q, sc, q6 ? 16 : 8, q6 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, isum0,
-              isum1);
+    quad_pass(q, sc, q6 ? 16 : 8, q6 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, two,
+              isum0, isum1);
     if (q6) {
         q6_float(rw, R, blk0, isum0, acc0, stride);
-        if (blk1) q6_float(rw, R, blk1, isum1, acc1, stride);
+        if (two) q6_float(rw, R, blk1, isum1, acc1, stride);
     } else {
         k45_float(rw, R, blk0, isum0, acc0, stride);
-        if (blk1) k45_float(rw, R, blk1, isum1, acc1, stride);
+        if (two) k45_float(rw, R, blk1, isum1, acc1, stride);
     }
 }
+
+/* byte_pass compiled once per (type, scale step, one or two token blocks), so that each has the
+ * constants folded: inlined into the walk, GCC merged the one- and two-block calls into one body
+ * that tests A1 per quad, spilled accumulators and ran 13% slower (Q4_K, 32 tokens). */
+#define BYTE_PASS_FN(name, kind, mullo, two)                                                            \
+    static __attribute__((noinline)) void name(const byte_row *rw, int R, const uint8_t *blk0,       \
+                                               const uint8_t *blk1, __m512 *acc0, __m512 *acc1) {    \
+        byte_pass(rw, R, kind, mullo, two, blk0, blk1, acc0, acc1, TB_CHUNK);                        \
+    }
+BYTE_PASS_FN(byte_pass_q4_1, BYTE_Q4_K, 0, 0)
+BYTE_PASS_FN(byte_pass_q4_2, BYTE_Q4_K, 0, 1)
+BYTE_PASS_FN(byte_pass_q4m_1, BYTE_Q4_K, 1, 0)
+BYTE_PASS_FN(byte_pass_q4m_2, BYTE_Q4_K, 1, 1)
+BYTE_PASS_FN(byte_pass_q5_1, BYTE_Q5_K, 1, 0)
+BYTE_PASS_FN(byte_pass_q5_2, BYTE_Q5_K, 1, 1)
+BYTE_PASS_FN(byte_pass_q6_1, BYTE_Q6_K, 1, 0)
+BYTE_PASS_FN(byte_pass_q6_2, BYTE_Q6_K, 1, 1)
+
+typedef void (*byte_pass_fn)(const byte_row *, int, const uint8_t *, const uint8_t *, __m512 *, __m512 *);
+
+/* How far ahead the byte tiles prefetch weights, in super-blocks of 4 rows: 8 (one 2048-wide row
+ * group) against the former 2, with expert-shaped matrices from DRAM (768 x 2048 and 2048 x 768,
+ * one thread, alternating): Q4_K 16 tokens 358-367 -> 403-420 GOP/s, 32 tokens 490-514 ->
+ * 513-523; the tile's first loads were the hottest instructions of its walk. */
+#define BYTE_PREFETCH_AHEAD 8
 
 static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const uint8_t *w, size_t ws, int rows,
                                                                 const uint8_t *packed, int toks, float *out, size_t os,
@@ -895,6 +939,10 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
     byte_row rw[4];
+    const byte_pass_fn pass1 = kind == BYTE_Q6_K ? byte_pass_q6_1 : kind == BYTE_Q5_K ? byte_pass_q5_1
+                                                         : mullo ? byte_pass_q4m_1 : byte_pass_q4_1;
+    const byte_pass_fn pass2 = kind == BYTE_Q6_K ? byte_pass_q6_2 : kind == BYTE_Q5_K ? byte_pass_q5_2
+                                                         : mullo ? byte_pass_q4m_2 : byte_pass_q4_2;
     for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
         int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -902,11 +950,10 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
             for (int r = 0; r < 4; r++)
                 for (int k = 0; k < tb1 - tb0; k++) acc[r][k] = _mm512_setzero_ps();
             for (int64_t sb = 0; sb < nsb; sb++) {
-                /* the block two super-blocks ahead in walking order (into the next group near
-                 * the row's end); kq_rows keeps the one-group-ahead form above */
-                const int64_t ahead = sb + 2 < nsb ? sb + 2 : sb + 2 - nsb;
-                if (ahead < nsb)
-                    prefetch_next_rows(w, ws, sb + 2 < nsb ? r0 : r0 + 4, rows, (size_t)ahead * (size_t)bytes, bytes);
+                /* the block BYTE_PREFETCH_AHEAD super-blocks ahead in walking order (rows
+                 * r0..r0+3 of the next groups past a row's end) */
+                const int64_t ahead = sb + BYTE_PREFETCH_AHEAD;
+                prefetch_next_rows(w, ws, r0 + 4 * (int)(ahead / nsb), rows, (size_t)(ahead % nsb) * (size_t)bytes, bytes);
                 for (int r = 0; r < R; r++) {
                     const uint8_t *x = w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes;
                     if (kind == BYTE_Q6_K) unpack_q6_k8(x, &rw[r]);
@@ -915,11 +962,8 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
                 for (int tb = tb0; tb < tb1; tb += 2) {
                     const uint8_t *b0 = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * sbp;
-                    if (tb + 1 < tb1)
-                        byte_pass(rw, R, kind, mullo, b0, b0 + (size_t)nsb * sbp, &acc[0][tb - tb0], &acc[0][tb + 1 - tb0],
-                                  TB_CHUNK);
-                    else
-                        byte_pass(rw, R, kind, mullo, b0, NULL, &acc[0][tb - tb0], NULL, TB_CHUNK);
+                    if (tb + 1 < tb1) pass2(rw, R, b0, b0 + (size_t)nsb * sbp, &acc[0][tb - tb0], &acc[0][tb + 1 - tb0]);
+                    else pass1(rw, R, b0, NULL, &acc[0][tb - tb0], NULL);
                 }
             }
             tile_store(acc, R, r0, tb0, tb1, toks, out, os);
