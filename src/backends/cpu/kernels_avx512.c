@@ -775,32 +775,15 @@ static inline __attribute__((always_inline)) void quad_pass(const int32_t *const
             __m512i p0[4], p1[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) p0[r] = p1[r] = _mm512_setzero_si512();
-            if (two) {
 #pragma GCC unroll 8
-                for (int i = h; i < h + span; i++) {
-                    const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A1 + i);
+            for (int i = h; i < h + span; i++) {
+                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = two ? _mm512_load_si512(A1 + i) : a0;
 #pragma GCC unroll 4
-                    for (int r = 0; r < 4; r++) {
-                        const __m512i b = _mm512_set1_epi32(q[r][i]);
-                        p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
-                        p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
-                    }
+                for (int r = 0; r < 4; r++) {
+                    const __m512i b = _mm512_set1_epi32(q[r][i]);
+                    p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
+                    if (two) p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
                 }
-            } else {
-                /* one token block: even quads into p0, odd into p1, so that 8 chains hide
-                 * vpdpbusd's latency (4 cycles; 4 chains ran at half the issue rate), then one
-                 * exact integer add */
-#pragma GCC unroll 4
-                for (int i = h; i < h + span; i += 2) {
-                    const __m512i a0 = _mm512_load_si512(A0 + i), a1 = _mm512_load_si512(A0 + i + 1);
-#pragma GCC unroll 4
-                    for (int r = 0; r < 4; r++) {
-                        p0[r] = _mm512_dpbusd_epi32(p0[r], _mm512_set1_epi32(q[r][i]), a0);
-                        p1[r] = _mm512_dpbusd_epi32(p1[r], _mm512_set1_epi32(q[r][i + 1]), a1);
-                    }
-                }
-#pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) p0[r] = _mm512_add_epi32(p0[r], p1[r]);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
