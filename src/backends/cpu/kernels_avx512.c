@@ -847,16 +847,17 @@ static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
     o->d = ld_f16(x + 208);
 }
 
-/* isum = sum over sub-blocks of scale * sum(q * a) - 32 * sum(scale * bsum16), lane-wise; then
- * the float step, as kq_float does it */
+/* isum = sum over sub-blocks of scale * sum(q * a) - off * sum(scale * bsum16), lane-wise, with
+ * off = 1 << shift the offset that made the quants unsigned (Q6_K 32, IQ2_XS/IQ3_XXS 64, IQ4_XS
+ * 128); then the float step, as kq_float does it */
 static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
-                            int stride) {
+                            int stride, int shift) {
     const __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
     const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
     for (int r = 0; r < R; r++) {
         __m512i m = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[j]), _mm512_load_si512(bsp + j));
-        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, 5));
+        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, (unsigned)shift));
         acc[r * stride] = _mm512_add_ps(acc[r * stride],
                                         _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(is)));
     }
@@ -864,7 +865,75 @@ static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const
 
 /* ---- the byte tiles' walk (Q4_K, Q5_K, Q6_K) ---------------------------------------------- */
 
-enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K };
+enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K, BYTE_IQ2_XS, BYTE_IQ3_XXS, BYTE_IQ4_XS };
+
+/* ---- IQ2_XS / IQ3_XXS / IQ4_XS as byte tiles ------------------------------------------------
+ * Their values are signed (grid magnitudes with signs; the IQ4_NL table), so a row's super-block
+ * is decoded to v + off as unsigned bytes (IQ2_XS |v| <= 43 and IQ3_XXS |v| <= 62 with off 64,
+ * IQ4_XS -127..113 with off 128) and the Q6_K tile's pass applies: per sub-block the exact
+ * sum of (v + off) * a, times the sub-block's scale, minus off * sum(scale * bsum16) from the
+ * Q8_K 16-value sums. That is the reference's isum (sum of scale * sum(v * a)) in int32 without
+ * overflow (IQ4_XS, the largest: |isum| <= 8 * 32 * 32 * 241 * 128 < 2^28), so the float step
+ * (d * da) * isum and the final factor give the bits of the dot. The kq tiles multiply these
+ * types as int16 pairs (vpdpwssd, 32 multiply-adds an instruction); here vpdpbusd does 64. */
+
+/* IQ2_XS / IQ3_XXS: 32 signed magnitudes of a group (signs bit j: element j negative) as
+ * v + 64, stored at dst */
+static inline void st_offset_signed(uint8_t *dst, __m256i mag, uint32_t signs) {
+    const __m256i off = _mm256_set1_epi8(64);
+    _mm256_store_si256((__m256i *)dst, _mm256_mask_blend_epi8((__mmask32)signs, _mm256_add_epi8(off, mag),
+                                                              _mm256_sub_epi8(off, mag)));
+}
+
+/* the 16 scales of 16-value sub-blocks, widened to dwords and as word pairs (2j, 2j+1) */
+static inline void byte_row_scales16(byte_row *o, const int16_t sc16[16]) {
+    const __m256i s = _mm256_loadu_si256((const __m256i *)sc16);
+    _mm512_storeu_si512(o->sc, _mm512_cvtepi16_epi32(s));
+    _mm256_storeu_si256((__m256i *)o->pairs, s);
+}
+
+static inline void unpack_iq2_xs8(const uint8_t *x, byte_row *o) {
+    uint32_t sg[8];
+    uint16_t gi[32];
+    int16_t sc16[16];
+    iq2_xs_signs(x, sg, gi);
+    for (int g = 0; g < 8; g++) {
+        st_offset_signed(o->q + 32 * g, iq2_xs_mag(gi, g), sg[g]);
+        sc16[2 * g] = (int16_t)iq2_xs_s0(x, g);
+        sc16[2 * g + 1] = (int16_t)iq2_xs_s1(x, g);
+    }
+    byte_row_scales16(o, sc16);
+    o->d = ld_f16(x);
+}
+
+static inline void unpack_iq3_xxs8(const uint8_t *x, byte_row *o) {
+    uint32_t sg[8], sc[8];
+    int16_t sc16[16];
+    iq3_xxs_signs(x, sg, sc);
+    for (int g = 0; g < 8; g++) {
+        st_offset_signed(o->q + 32 * g, iq3_xxs_mag(x, g), sg[g]);
+        sc16[2 * g] = sc16[2 * g + 1] = (int16_t)sc[g];
+    }
+    byte_row_scales16(o, sc16);
+    o->d = ld_f16(x);
+}
+
+/* IQ4_XS: the table values + 128 (that is, with the sign bit flipped); sc holds the eight
+ * 32-value scales (the pass runs 8 sub-blocks of 8 quads), pairs each scale twice (the
+ * correction runs over the 16-value sums) */
+static inline void unpack_iq4_xs8(const uint8_t *x, byte_row *o) {
+    const __m256i lut = lut16(quant_kvalues_iq4nl), flip = _mm256_set1_epi8((char)0x80);
+    uint16_t sh;
+    memcpy(&sh, x + 2, 2);
+    for (int g = 0; g < 8; g++) {
+        const int ls = (((x[4 + g / 2] >> (4 * (g % 2))) & 0xf) | (((sh >> (2 * g)) & 3) << 4)) - 32;
+        _mm256_store_si256((__m256i *)(o->q + 32 * g),
+                           _mm256_xor_si256(_mm256_shuffle_epi8(lut, nibbles32(x + 8 + 16 * g)), flip));
+        o->sc[g] = ls;
+        o->pairs[g] = (int32_t)(((uint32_t)(uint16_t)ls) | ((uint32_t)(uint16_t)ls << 16));
+    }
+    o->d = ld_f16(x);
+}
 
 /* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
  * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
@@ -875,13 +944,15 @@ static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, 
     const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
                            (const int32_t *)rw[3].q};
     const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
-    const int q6 = kind == BYTE_Q6_K;
+    /* sub-blocks of 16 values (Q6_K, IQ2_XS, IQ3_XXS) or 32 (Q4_K, Q5_K, IQ4_XS) */
+    const int sub16 = kind == BYTE_Q6_K || kind == BYTE_IQ2_XS || kind == BYTE_IQ3_XXS;
     __m512i isum0[4], isum1[4];
-    quad_pass(q, sc, q6 ? 16 : 8, q6 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1, two,
-              isum0, isum1);
-    if (q6) {
-        q6_float(rw, R, blk0, isum0, acc0, stride);
-        if (two) q6_float(rw, R, blk1, isum1, acc1, stride);
+    quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1,
+              two, isum0, isum1);
+    if (kind != BYTE_Q4_K && kind != BYTE_Q5_K) {
+        const int shift = kind == BYTE_Q6_K ? 5 : kind == BYTE_IQ4_XS ? 7 : 6;
+        q6_float(rw, R, blk0, isum0, acc0, stride, shift);
+        if (two) q6_float(rw, R, blk1, isum1, acc1, stride, shift);
     } else {
         k45_float(rw, R, blk0, isum0, acc0, stride);
         if (two) k45_float(rw, R, blk1, isum1, acc1, stride);
@@ -904,6 +975,12 @@ BYTE_PASS_FN(byte_pass_q5_1, BYTE_Q5_K, 1, 0)
 BYTE_PASS_FN(byte_pass_q5_2, BYTE_Q5_K, 1, 1)
 BYTE_PASS_FN(byte_pass_q6_1, BYTE_Q6_K, 1, 0)
 BYTE_PASS_FN(byte_pass_q6_2, BYTE_Q6_K, 1, 1)
+BYTE_PASS_FN(byte_pass_iq2xs_1, BYTE_IQ2_XS, 1, 0)
+BYTE_PASS_FN(byte_pass_iq2xs_2, BYTE_IQ2_XS, 1, 1)
+BYTE_PASS_FN(byte_pass_iq3xxs_1, BYTE_IQ3_XXS, 1, 0)
+BYTE_PASS_FN(byte_pass_iq3xxs_2, BYTE_IQ3_XXS, 1, 1)
+BYTE_PASS_FN(byte_pass_iq4xs_1, BYTE_IQ4_XS, 1, 0)
+BYTE_PASS_FN(byte_pass_iq4xs_2, BYTE_IQ4_XS, 1, 1)
 
 typedef void (*byte_pass_fn)(const byte_row *, int, const uint8_t *, const uint8_t *, __m512 *, __m512 *);
 
@@ -916,16 +993,29 @@ typedef void (*byte_pass_fn)(const byte_row *, int, const uint8_t *, const uint8
 static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const uint8_t *w, size_t ws, int rows,
                                                                 const uint8_t *packed, int toks, float *out, size_t os,
                                                                 int kind, int mullo) {
-    const int bytes = kind == BYTE_Q4_K ? 144 : kind == BYTE_Q5_K ? 176 : 210;
-    const size_t sbp = kind == BYTE_Q6_K ? SB_PACK6 : SB_PACK8;
+    const int bytes = kind == BYTE_Q4_K ? 144 : kind == BYTE_Q5_K ? 176 : kind == BYTE_Q6_K ? 210
+                    : kind == BYTE_IQ2_XS ? 74 : kind == BYTE_IQ3_XXS ? 98 : 136;
+    const size_t sbp = kind == BYTE_Q4_K || kind == BYTE_Q5_K ? SB_PACK8 : SB_PACK6;
+    /* the reference's final factor (result = factor * sumf; kq_tile_type.factor) */
+    const float factor = kind == BYTE_IQ2_XS ? 0.125f : kind == BYTE_IQ3_XXS ? 0.25f : 0.0f;
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
     byte_row rw[4];
-    const byte_pass_fn pass1 = kind == BYTE_Q6_K ? byte_pass_q6_1 : kind == BYTE_Q5_K ? byte_pass_q5_1
-                                                         : mullo ? byte_pass_q4m_1 : byte_pass_q4_1;
-    const byte_pass_fn pass2 = kind == BYTE_Q6_K ? byte_pass_q6_2 : kind == BYTE_Q5_K ? byte_pass_q5_2
-                                                         : mullo ? byte_pass_q4m_2 : byte_pass_q4_2;
+    const byte_pass_fn pass1 = kind == BYTE_Q6_K      ? byte_pass_q6_1
+                               : kind == BYTE_Q5_K    ? byte_pass_q5_1
+                               : kind == BYTE_IQ2_XS  ? byte_pass_iq2xs_1
+                               : kind == BYTE_IQ3_XXS ? byte_pass_iq3xxs_1
+                               : kind == BYTE_IQ4_XS  ? byte_pass_iq4xs_1
+                               : mullo                ? byte_pass_q4m_1
+                                                      : byte_pass_q4_1;
+    const byte_pass_fn pass2 = kind == BYTE_Q6_K      ? byte_pass_q6_2
+                               : kind == BYTE_Q5_K    ? byte_pass_q5_2
+                               : kind == BYTE_IQ2_XS  ? byte_pass_iq2xs_2
+                               : kind == BYTE_IQ3_XXS ? byte_pass_iq3xxs_2
+                               : kind == BYTE_IQ4_XS  ? byte_pass_iq4xs_2
+                               : mullo                ? byte_pass_q4m_2
+                                                      : byte_pass_q4_2;
     for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
         int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -940,6 +1030,9 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                 for (int r = 0; r < R; r++) {
                     const uint8_t *x = w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes;
                     if (kind == BYTE_Q6_K) unpack_q6_k8(x, &rw[r]);
+                    else if (kind == BYTE_IQ2_XS) unpack_iq2_xs8(x, &rw[r]);
+                    else if (kind == BYTE_IQ3_XXS) unpack_iq3_xxs8(x, &rw[r]);
+                    else if (kind == BYTE_IQ4_XS) unpack_iq4_xs8(x, &rw[r]);
                     else unpack_k45_8(x, &rw[r], kind == BYTE_Q4_K ? 16 : 48, kind == BYTE_Q5_K);
                 }
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
@@ -949,6 +1042,10 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                     else pass1(rw, R, b0, NULL, &acc[0][tb - tb0], NULL);
                 }
             }
+            if (factor != 0.0f)
+                for (int r = 0; r < R; r++)
+                    for (int tb = tb0; tb < tb1; tb++)
+                        acc[r][tb - tb0] = _mm512_mul_ps(_mm512_set1_ps(factor), acc[r][tb - tb0]);
             tile_store(acc, R, r0, tb0, tb1, toks, out, os);
         }
     }
@@ -973,7 +1070,22 @@ static void tile_q6_k8_run(int64_t n, const void *w, size_t ws, int rows, const 
 static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
                          tile_q4_k8m = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8m_run, 0},
                          tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, 0};
-static const kernel_tile tile_q6_k8 = {q6_packed_bytes, q6_pack, tile_q6_k8_run, 0};
+static void tile_iq2_xs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                             size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ2_XS, 1);
+}
+static void tile_iq3_xxs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks,
+                              float *out, size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ3_XXS, 1);
+}
+static void tile_iq4_xs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                             size_t os) {
+    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ4_XS, 1);
+}
+static const kernel_tile tile_q6_k8 = {q6_packed_bytes, q6_pack, tile_q6_k8_run, 0},
+                         tile_iq2_xs8 = {q6_packed_bytes, q6_pack, tile_iq2_xs8_run, 0},
+                         tile_iq3_xxs8 = {q6_packed_bytes, q6_pack, tile_iq3_xxs8_run, 0},
+                         tile_iq4_xs8 = {q6_packed_bytes, q6_pack, tile_iq4_xs8_run, 0};
 
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
@@ -1295,11 +1407,12 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k8;
     ks->tile[GGML_TYPE_Q6_K] = k45_mullo_q4() ? &tile_q6_k8 : &tile_q6_k;
-    ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs;
+    /* the byte tiles (vpdpbusd, vpmulld per sub-block) where vpmulld is cheap, as for Q6_K */
+    ks->tile[GGML_TYPE_IQ4_XS] = k45_mullo_q4() ? &tile_iq4_xs8 : &tile_iq4_xs;
     ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs;
-    ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs;
+    ks->tile[GGML_TYPE_IQ2_XS] = k45_mullo_q4() ? &tile_iq2_xs8 : &tile_iq2_xs;
     ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
-    ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs;
+    ks->tile[GGML_TYPE_IQ3_XXS] = k45_mullo_q4() ? &tile_iq3_xxs8 : &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
     kernels_register_avx512_q2_0(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
