@@ -361,6 +361,32 @@ static void check_f32_passes(rng *r, kernel_isa isa) {
         CHECK_CLEAN(isa, "gdn", "update_dot");
         CHECKF(fbits(u1) == fbits(u2) && !memcmp(s1, s2, sizeof(float) * (size_t)n), "%s update_dot n=%d", kernel_isa_name(isa), n);
     }
+    /* the four-row passes against four single-row reference passes (rows of different states,
+     * different d per row, a stride wider than the row) */
+    kernel_decay_dot4_fn decay4 = kernel_gdn_decay_dot4();
+    kernel_update_dot4_fn update4 = kernel_gdn_update_dot4();
+    if (!decay4 || !update4) return;
+    enum { S4 = 136 };
+    static float r1[4 * S4], r2[4 * S4];
+    for (int rep = 0; rep < 40; rep++) {
+        const int n = rep < 4 ? 128 : rep < 8 ? 8 * (1 + rep) : 1 + (int)(rnd(r) % 128);
+        for (int i = 0; i < 4 * S4; i++) r1[i] = r2[i] = rnd_unit(r) * 2.0f;
+        for (int i = 0; i < n; i++) {
+            a[i] = rnd_unit(r);
+            b[i] = rnd_unit(r) * 4.0f;
+            c[i] = rnd_unit(r);
+        }
+        const float x = rnd_unit(r), d[4] = {rnd_unit(r), rnd_unit(r), -rnd_unit(r), 3.0f * rnd_unit(r)};
+        float m1[4], m2[4], o1[4], o2[4];
+        for (int k = 0; k < 4; k++) m1[k] = kernel_decay_dot_ref(n, r1 + k * S4, x, a);
+        decay4(n, r2, S4, x, a, m2);
+        for (int k = 0; k < 4; k++) o1[k] = kernel_update_dot_ref(n, r1 + k * S4, d[k], b, c);
+        update4(n, r2, S4, d, b, c, o2);
+        CHECK_CLEAN(isa, "gdn", "dot4");
+        n_checks++;
+        CHECKF(!memcmp(m1, m2, sizeof m1) && !memcmp(o1, o2, sizeof o1) && !memcmp(r1, r2, sizeof r1),
+               "%s decay_dot4/update_dot4 n=%d", kernel_isa_name(isa), n);
+    }
 }
 
 int main(void) {

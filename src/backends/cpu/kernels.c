@@ -225,6 +225,16 @@ kernel_update_dot_fn kernel_gdn_update_dot(void) {
     return sets[cur_isa].update_dot;
 }
 
+kernel_decay_dot4_fn kernel_gdn_decay_dot4(void) {
+    ensure_init();
+    return sets[cur_isa].decay_dot4;
+}
+
+kernel_update_dot4_fn kernel_gdn_update_dot4(void) {
+    ensure_init();
+    return sets[cur_isa].update_dot4;
+}
+
 static inline float lanes_sum(const float acc[8]) {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }

@@ -91,6 +91,14 @@ typedef float (*kernel_decay_dot_fn)(int n, float *s, float a, const float *k);
 typedef float (*kernel_update_dot_fn)(int n, float *s, float d, const float *k, const float *q);
 kernel_decay_dot_fn kernel_gdn_decay_dot(void);
 kernel_update_dot_fn kernel_gdn_update_dot(void);
+/* The same passes over the four state rows s + r * stride (r < 4) at once: four independent
+ * chains where one row's pass waits on its own additions. Each row gets the bits of its
+ * single-row pass. NULL where an instruction-set level has none (then call the single ones). */
+typedef void (*kernel_decay_dot4_fn)(int n, float *s, size_t stride, float a, const float *k, float out[4]);
+typedef void (*kernel_update_dot4_fn)(int n, float *s, size_t stride, const float d[4], const float *k,
+                                      const float *q, float out[4]);
+kernel_decay_dot4_fn kernel_gdn_decay_dot4(void);
+kernel_update_dot4_fn kernel_gdn_update_dot4(void);
 /* the scalar definitions */
 float kernel_decay_dot_ref(int n, float *s, float a, const float *k);
 float kernel_update_dot_ref(int n, float *s, float d, const float *k, const float *q);
@@ -103,6 +111,8 @@ typedef struct kernel_set {
     float (*dot_f32)(int64_t n, const float *a, const float *b); /* kernel_dot_f32 */
     kernel_decay_dot_fn decay_dot;
     kernel_update_dot_fn update_dot;
+    kernel_decay_dot4_fn decay_dot4;   /* NULL: none */
+    kernel_update_dot4_fn update_dot4; /* NULL: none */
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */
     const kernel_tile *tile[GGML_TYPE_COUNT];

@@ -117,6 +117,8 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
     float *S = J->state + (size_t)h * Dv * Dk;
     const kernel_decay_dot_fn decay_dot = kernel_gdn_decay_dot();
     const kernel_update_dot_fn update_dot = kernel_gdn_update_dot();
+    const kernel_decay_dot4_fn decay_dot4 = kernel_gdn_decay_dot4();
+    const kernel_update_dot4_fn update_dot4 = kernel_gdn_update_dot4();
     for (int t = 0; t < p->n_tok; t++) {
         const float *qt = J->q + ((size_t)t * Hk + kh) * Dk;
         const float *kt = J->k + ((size_t)t * Hk + kh) * Dk;
@@ -124,7 +126,15 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
         float *ot = J->out + ((size_t)t * Hv + h) * Dv;
         const float decay = expf(J->g[(size_t)t * Hv + h]), bt = J->beta[(size_t)t * Hv + h];
         for (int i = 0; i < Dk; i++) qs[i] = qt[i] * p->q_scale; /* q is scaled first (ggml) */
-        for (int j = 0; j < Dv; j++) {
+        int j = 0;
+        if (decay_dot4 && update_dot4)
+            for (; j + 4 <= Dv; j += 4) { /* rows j..j+3 at once: each row's bits as below */
+                float m[4], d[4];
+                decay_dot4(Dk, S + (size_t)j * Dk, (size_t)Dk, decay, kt, m);
+                for (int r = 0; r < 4; r++) d[r] = (vt[j + r] - m[r]) * bt;
+                update_dot4(Dk, S + (size_t)j * Dk, (size_t)Dk, d, kt, qs, ot + j);
+            }
+        for (; j < Dv; j++) {
             float *Sj = S + (size_t)j * Dk;
             const float d = (vt[j] - decay_dot(Dk, Sj, decay, kt)) * bt;
             ot[j] = update_dot(Dk, Sj, d, kt, qs);
