@@ -108,6 +108,14 @@ typedef struct backend_ops {
      * for all of them instead of two each. false: declined (types, shapes), nothing done. */
     bool (*experts_one)(backend *b, int ne, const tview *const *gate, const tview *const *up,
                         const tview *const *down, const float *x, float *const *out);
+    /* Optional (NULL: not offered): the routed SwiGLU experts of a batch of tokens x (rows of
+     * width values). Expert i takes the entries entries[offset[i] .. offset[i + 1]) (each a
+     * token * k + slot, in token order) and writes down_i (silu(gate_i x_t) * (up_i x_t)) of
+     * token t = entry / k to slots + entry * width, every value as the per-expert matmul_swiglu
+     * and matmul give it. false: declined (shapes), nothing done. */
+    bool (*experts_batch)(backend *b, int ne, const tview *const *gate, const tview *const *up,
+                          const tview *const *down, const float *x, int width, int k, const int32_t *entries,
+                          const int *offset, float *slots);
 
     /* ---- linear attention (Gated DeltaNet) and gates; CPU: backends/cpu/ops_ssm.c ---- */
     /* y = x / max(||x||_2, eps) over rows of dim values (ggml_l2_norm); y may be x */

@@ -151,6 +151,47 @@ bool moe_host_free(const sluice_model *m, const model_state *st, const backend *
     return be_has_expert_table(be) && m->experts && m->experts->device_table && !layer_prep(m, 1);
 }
 
+/* A batch's routed experts in one backend call (experts_batch), every expert in memory: each
+ * expert's (token * k + slot) entries in token order, grouped by expert in need order. 1: done
+ * (the slots hold every routed output), 0: declined (nothing done), -1: error. */
+static int experts_batch(const sluice_model *m, model_state *st, backend *be, int il, const float *x, int n, int k,
+                         struct moe_scratch *xs, int n_need) {
+    const int E = m->hp.n_embd;
+    expert_views *ev = malloc(sizeof(expert_views) * (size_t)n_need);
+    const tview **v = malloc(sizeof(tview *) * 3 * (size_t)n_need);
+    int *offset = calloc((size_t)n_need + 1, sizeof(int)), *at = malloc(sizeof(int) * (size_t)m->hp.n_expert);
+    int rc = 0, acquired = 0;
+    if (!ev || !v || !offset || !at) goto done;
+    for (int j = 0; j < n_need; j++) at[xs->need[j]] = j;
+    for (int i = 0; i < n * k; i++) offset[at[xs->ids_h[i]] + 1]++;
+    for (int j = 0; j < n_need; j++) offset[j + 1] += offset[j];
+    { /* counting sort: the entries of need[j] at offset[j].., in entry (token) order */
+        int *fill = at; /* reused: expert id -> next free position */
+        for (int j = 0; j < n_need; j++) fill[xs->need[j]] = offset[j];
+        for (int i = 0; i < n * k; i++) xs->rows_h[fill[xs->ids_h[i]]++] = i;
+    }
+    for (; acquired < n_need; acquired++) {
+        if (expert_acquire(m->experts, il, xs->need[acquired], &ev[acquired]) != 0) {
+            rc = -1;
+            goto done;
+        }
+        v[acquired] = &ev[acquired].gate;
+        v[n_need + acquired] = &ev[acquired].up;
+        v[2 * n_need + acquired] = &ev[acquired].down;
+    }
+    rc = be->ops->experts_batch(be, n_need, v, v + n_need, v + 2 * n_need, x, E, k, xs->rows_h, offset,
+                                st->moe_slots)
+             ? 1
+             : 0;
+done:
+    for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
+    free(ev);
+    free(v);
+    free(offset);
+    free(at);
+    return rc;
+}
+
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                 int n, float *out, float *residual, const tview *next_norm, float *next_out) {
     const hparams *hp = &m->hp;
@@ -288,7 +329,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;
     } else {
-        for (int j = 0; j < n_need; j++) {
+        /* a batch with every expert in memory: in one backend call where the backend offers it
+         * (CPU: its threads take whole experts); else, and when streaming (each expert's reads
+         * overlap the products of the ones already there), expert by expert */
+        int batch = 0;
+        if (n > 1 && !m->experts->streaming && be->ops->experts_batch) batch = experts_batch(m, st, be, il, x, n, k, xs, n_need);
+        if (batch < 0) return -1;
+        for (int j = 0; j < n_need && !batch; j++) {
             const int e = xs->need[j];
             int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */
             for (int i = 0; i < n * k; i++)

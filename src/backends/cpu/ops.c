@@ -57,6 +57,8 @@ typedef struct mm_job {
     const kernel_tile *tile; /* prefill tile kernels (NULL: loop over dots) */
     uint8_t *packed;         /* the activations packed for tile->run */
     int64_t out_r0;          /* row r is written at out[t * out_stride + r - out_r0] */
+    const int32_t *rows;     /* non-NULL: token t's activations are x row rows[t] / rows_div */
+    int rows_div;
 } mm_job;
 
 /* Tile kernels pay a packing pass over the activations; below this many tokens the dot loop
@@ -74,8 +76,10 @@ static void mm_encode_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
     threadpool_share(j->n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++)
-        j->encode(j->x + t * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t src = j->rows ? j->rows[t] / j->rows_div : t;
+        j->encode(j->x + src * j->w->ne[0], (uint8_t *)j->act + t * j->act_row, j->w->ne[0]);
+    }
 }
 
 static void mm_pack_task(void *ctx, int ith, int nth) {
@@ -170,9 +174,9 @@ static size_t mm_scratch_bytes(const tview *w, int n) {
 }
 
 /* Sets up j for its weight: encodes its n activation rows into dst (on the caller for a few
- * rows: a dispatch costs more than encoding one row) and packs them for the tile kernel when
- * there is one. Returns the bytes used at dst (at most mm_scratch_bytes). */
-static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) {
+ * rows, or with pool NULL: a dispatch costs more than encoding one row) and packs them for the
+ * tile kernel when there is one. Returns the bytes used at dst (at most mm_scratch_bytes). */
+static size_t mm_prepare_on(threadpool *pool, mm_job *j, uint8_t *dst) {
     const quant_traits *qt = quant_traits_of(j->w->type);
     size_t used = 0;
     j->encode = kernel_quantize(qt->act_type);
@@ -185,19 +189,24 @@ static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) {
     } else {
         j->act_row = quant_row_bytes(qt->act_type, j->w->ne[0]);
         j->act = dst;
-        if (j->n < 4)
+        if (j->n < 4 || !pool)
             mm_encode_task(j, 0, 1);
         else
-            threadpool_run(c->pool, mm_encode_task, j);
+            threadpool_run(pool, mm_encode_task, j);
         used = (j->act_row * (size_t)j->n + 63) / 64 * 64;
     }
     if (j->tile) {
         j->packed = dst + used;
-        threadpool_run(c->pool, mm_pack_task, j);
+        if (pool)
+            threadpool_run(pool, mm_pack_task, j);
+        else
+            mm_pack_task(j, 0, 1);
         used += (j->tile->packed_bytes(j->w->ne[0], j->n) + 63) / 64 * 64;
     }
     return used;
 }
+
+static size_t mm_prepare(cpu_backend *c, mm_job *j, uint8_t *dst) { return mm_prepare_on(c->pool, j, dst); }
 
 /* Shares of a row-streaming product (the dot path: decode and short batches) per thread, 4:
  * claimed by whichever thread is free, so a thread slowed by the other's memory traffic or by
@@ -413,6 +422,139 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
     return true;
 }
 
+/* ---- routed experts of a batch --------------------------------------------------------------
+ * Prefill runs each routed expert on the tokens routed to it: as separate ops that is a gather,
+ * an encoding, a packing, the gate/up product, another encoding and packing, the down product
+ * and a scatter per expert, each a dispatch whose threads wait for the slowest, and every
+ * token's row encoded once per expert it goes to. Here the threads take whole experts (or
+ * pieces of EB_CHUNK tokens of one), longest first, and run those steps alone on their own
+ * scratch: no barrier inside an expert, the activations encoded straight from x. The products,
+ * encodings and SwiGLU are those of the separate ops, each output row is computed by one thread
+ * from the same encoded activations, and a token's values do not depend on the other tokens of
+ * its piece, so every value has the bits of the separate ops. */
+
+#define EB_CHUNK 256 /* tokens of one expert per piece: bounds the scratch of a thread */
+
+typedef struct eb_piece {
+    int e;      /* the expert (index into the job's arrays) */
+    int t0, m;  /* entries [t0, t0 + m) of its list */
+} eb_piece;
+
+typedef struct eb_job {
+    const tview *const *gate, *const *up, *const *down;
+    const float *x;
+    int width, k;
+    const int32_t *entries; /* per expert, its (token * k + slot) entries in token order */
+    const int *offset;      /* expert i's entries: entries[offset[i] .. offset[i + 1]) */
+    float *slots;
+    eb_piece *piece;
+    int n_piece;
+    int next; /* the next piece to claim (atomic) */
+    uint8_t *scratch;
+    size_t per_thread;
+} eb_job;
+
+/* Scratch one thread needs for a piece of m tokens of expert i. */
+static size_t eb_need(const eb_job *j, int i, int m, bool share) {
+    const size_t ff = (size_t)j->gate[i]->ne[1];
+    return mm_scratch_bytes(j->gate[i], m) + (share ? 0 : mm_scratch_bytes(j->up[i], m)) +
+           (sizeof(float) * 2 * (size_t)gu_block_rows(m, true) * (size_t)m + 63) / 64 * 64 +
+           (sizeof(float) * ff * (size_t)m + 63) / 64 * 64 + mm_scratch_bytes(j->down[i], m) +
+           (sizeof(float) * (size_t)j->width * (size_t)m + 63) / 64 * 64;
+}
+
+static void eb_run_piece(const eb_job *j, const eb_piece *pc, uint8_t *p) {
+    const int i = pc->e, m = pc->m;
+    const int32_t *rows = j->entries + j->offset[i] + pc->t0;
+    const tview *gate = j->gate[i], *up = j->up[i], *down = j->down[i];
+    const kernel_tile *tg = mm_tile(gate->type, m), *tu = mm_tile(up->type, m);
+    const bool share = quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type &&
+                       (tg == NULL) == (tu == NULL) && (!tg || tg->pack == tu->pack);
+    const int64_t ff = gate->ne[1];
+    gu_job g = {.g = {.w = gate, .x = j->x, .n = m, .rows = rows, .rows_div = j->k},
+                .u = {.w = up, .x = j->x, .n = m, .rows = rows, .rows_div = j->k}};
+    p += mm_prepare_on(NULL, &g.g, p);
+    if (share) {
+        g.u.encode = g.g.encode;
+        g.u.act = g.g.act;
+        g.u.act_row = g.g.act_row;
+        g.u.dot = kernel_dot(up->type);
+        g.u.tile = g.g.tile ? tu : NULL;
+        g.u.packed = g.g.packed;
+    } else {
+        p += mm_prepare_on(NULL, &g.u, p);
+    }
+    g.buf = (float *)p;
+    p += (sizeof(float) * 2 * (size_t)gu_block_rows(m, true) * (size_t)m + 63) / 64 * 64;
+    g.out = (float *)p;
+    g.out_stride = (int)ff;
+    p += (sizeof(float) * (size_t)ff * (size_t)m + 63) / 64 * 64;
+    gu_task(&g, 0, 1);
+    float *y = (float *)p;
+    p += (sizeof(float) * (size_t)j->width * (size_t)m + 63) / 64 * 64;
+    mm_job d = {.w = down, .x = g.out, .n = m, .out = y, .out_stride = j->width};
+    mm_prepare_on(NULL, &d, p);
+    mm_rows(&d, 0, down->ne[1]);
+    for (int t = 0; t < m; t++)
+        memcpy(j->slots + (size_t)rows[t] * (size_t)j->width, y + (size_t)t * (size_t)j->width,
+               sizeof(float) * (size_t)j->width);
+}
+
+static void eb_task(void *ctx, int ith, int nth) {
+    eb_job *j = ctx;
+    (void)nth;
+    uint8_t *p = j->scratch + (size_t)ith * j->per_thread;
+    for (;;) {
+        const int q = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (q >= j->n_piece) break;
+        eb_run_piece(j, &j->piece[q], p);
+    }
+}
+
+static int eb_longest_first(const void *a, const void *b) {
+    const eb_piece *x = a, *y = b;
+    if (x->m != y->m) return x->m > y->m ? -1 : 1;
+    return x->e != y->e ? (x->e < y->e ? -1 : 1) : (x->t0 < y->t0 ? -1 : x->t0 > y->t0);
+}
+
+static bool cpu_experts_batch(backend *b, int ne, const tview *const *gate, const tview *const *up,
+                              const tview *const *down, const float *x, int width, int k, const int32_t *entries,
+                              const int *offset, float *slots) {
+    cpu_backend *c = (cpu_backend *)b;
+    if (ne < 1 || k < 1) return false;
+    int n_piece = 0;
+    for (int i = 0; i < ne; i++) {
+        if (up[i]->ne[1] != gate[i]->ne[1] || down[i]->ne[0] != gate[i]->ne[1] || down[i]->ne[1] != width ||
+            gate[i]->ne[0] != width || up[i]->ne[0] != width)
+            return false;
+        /* float weights multiply x in place, which a gathered piece cannot */
+        if (quant_traits_of(gate[i]->type)->act_type == GGML_TYPE_F32 ||
+            quant_traits_of(up[i]->type)->act_type == GGML_TYPE_F32)
+            return false;
+        n_piece += (offset[i + 1] - offset[i] + EB_CHUNK - 1) / EB_CHUNK;
+    }
+    eb_piece *piece = malloc(sizeof(eb_piece) * (size_t)(n_piece > 0 ? n_piece : 1));
+    if (!piece) return false;
+    eb_job j = {.gate = gate, .up = up, .down = down, .x = x, .width = width, .k = k, .entries = entries,
+                .offset = offset, .slots = slots, .piece = piece};
+    for (int i = 0; i < ne; i++) {
+        const int m = offset[i + 1] - offset[i];
+        for (int t0 = 0; t0 < m; t0 += EB_CHUNK) {
+            piece[j.n_piece] = (eb_piece){.e = i, .t0 = t0, .m = m - t0 < EB_CHUNK ? m - t0 : EB_CHUNK};
+            const size_t need = eb_need(&j, i, piece[j.n_piece].m, false);
+            if (need > j.per_thread) j.per_thread = need;
+            j.n_piece++;
+        }
+    }
+    /* longest first, so that the last pieces to finish are short ones */
+    qsort(piece, (size_t)j.n_piece, sizeof *piece, eb_longest_first);
+    j.per_thread = (j.per_thread + 63) / 64 * 64;
+    j.scratch = scratch(c, j.per_thread * (size_t)threadpool_size(c->pool));
+    threadpool_run(c->pool, eb_task, &j);
+    free(piece);
+    return true;
+}
+
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
 
 /* Row-wise ops run on the pool only when there is enough work to pay for a dispatch (a decode
@@ -583,6 +725,7 @@ static const backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .matmul_swiglu = cpu_matmul_swiglu,
     .experts_one = cpu_experts_one,
+    .experts_batch = cpu_experts_batch,
     .l2norm = cpu_l2norm,
     .conv1d_silu = cpu_conv1d_silu,
     .gated_delta = cpu_gated_delta,
