@@ -11,30 +11,8 @@
 
 #include "backends/backend.h"
 #include "check.h"
+#include "test_matrix.h"
 #include "formats/quant.h"
-
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (uint32_t)rs;
-}
-static float rnd_unit(void) { return (float)((int)(rnd() % 2001) - 1000) * 1e-3f; }
-
-/* A rows x cols matrix of type t encoded from random floats. */
-static tview make_matrix(uint32_t t, int64_t cols, int64_t rows) {
-    const size_t rb = quant_row_bytes(t, cols);
-    uint8_t *d = malloc(rb * (size_t)rows);
-    float *x = malloc(sizeof(float) * (size_t)cols);
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < cols; i++) x[i] = rnd_unit() * (1.0f + (float)(rnd() % 4));
-        quant_traits_of(t)->quantize(x, d + (size_t)r * rb, cols);
-    }
-    free(x);
-    return (tview){.type = t, .ne = {cols, rows, 1, 1}, .row_bytes = rb, .mat_bytes = rb * (size_t)rows,
-                   .data = d, .name = "test"};
-}
 
 /* ne experts (gate tg, up tu, down td) on n tokens with k slots each; expert i gets m[i] of the
  * n * k entries (the others stay unrouted, their slots untouched); expect_taken as above. */
@@ -98,6 +76,7 @@ static void run_case(backend *be, int ne, const int *m, int n, int k, uint32_t t
 }
 
 int main(void) {
+    test_rs = 0x2545f4914f6cdd1dull;
     for (int threads = 1; threads <= 2; threads++) {
         backend *be = backend_cpu_new(threads);
         CHECK(be && be->ops->experts_batch);

@@ -311,6 +311,28 @@ static void gu_task(void *ctx, int ith, int nth) {
     }
 }
 
+/* Whether gate and up take one encoding (and packing) of x: the same activation format and
+ * the same tile packing, or both on the dot path. */
+static bool gu_shared_encoding(const tview *gate, const tview *up, int n) {
+    const kernel_tile *tg = mm_tile(gate->type, n), *tu = mm_tile(up->type, n);
+    return quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type && (tg == NULL) == (tu == NULL) &&
+           (!tg || tg->pack == tu->pack);
+}
+
+/* Prepares j's gate and up at dst: one encoding for both where gu_shared_encoding, else one
+ * each (pool NULL: on the caller). Returns the bytes used. */
+static size_t gu_prepare(threadpool *pool, gu_job *j, uint8_t *dst) {
+    size_t used = mm_prepare_on(pool, &j->g, dst);
+    if (!gu_shared_encoding(j->g.w, j->u.w, j->g.n)) return used + mm_prepare_on(pool, &j->u, dst + used);
+    j->u.encode = j->g.encode;
+    j->u.act = j->g.act;
+    j->u.act_row = j->g.act_row;
+    j->u.dot = kernel_dot(j->u.w->type);
+    j->u.tile = j->g.tile ? mm_tile(j->u.w->type, j->u.n) : NULL;
+    j->u.packed = j->g.packed;
+    return used;
+}
+
 static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x,
                               int n, float *out) {
     cpu_backend *c = (cpu_backend *)b;
@@ -318,23 +340,12 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
                 .out_stride = (int)gate->ne[1]};
     /* one encoding (and packing) serves both when the activation formats agree */
     const kernel_tile *tg = mm_tile(gate->type, n), *tu = mm_tile(up->type, n);
-    bool share = quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type &&
-                 (tg == NULL) == (tu == NULL) && (!tg || tg->pack == tu->pack);
+    const bool share = gu_shared_encoding(gate, up, n);
     size_t gb = mm_scratch_bytes(gate, n), ub = share ? 0 : mm_scratch_bytes(up, n);
     const int shares = n >= MM_TILE_MIN_TOKS && (tg || tu) ? threadpool_size(c->pool) : dot_shares(c);
     size_t bufb = sizeof(float) * 2 * gu_block_rows(n, tg || tu) * (size_t)n * (size_t)shares;
     uint8_t *base = scratch(c, gb + ub + bufb);
-    size_t used = mm_prepare(c, &j.g, base);
-    if (share) {
-        j.u.encode = j.g.encode;
-        j.u.act = j.g.act;
-        j.u.act_row = j.g.act_row;
-        j.u.dot = kernel_dot(up->type);
-        j.u.tile = j.g.tile ? tu : NULL;
-        j.u.packed = j.g.packed;
-    } else {
-        used += mm_prepare(c, &j.u, base + used);
-    }
+    gu_prepare(c->pool, &j, base);
     j.buf = (float *)(base + gb + ub);
     threadpool_run_shares(c->pool, gu_task, &j, shares);
 }
@@ -474,23 +485,10 @@ static void eb_run_piece(const eb_job *j, const eb_piece *pc, uint8_t *p) {
     const int i = pc->e, m = pc->m;
     const int32_t *rows = j->entries + j->offset[i] + pc->t0;
     const tview *gate = j->gate[i], *up = j->up[i], *down = j->down[i];
-    const kernel_tile *tg = mm_tile(gate->type, m), *tu = mm_tile(up->type, m);
-    const bool share = quant_traits_of(up->type)->act_type == quant_traits_of(gate->type)->act_type &&
-                       (tg == NULL) == (tu == NULL) && (!tg || tg->pack == tu->pack);
     const int64_t ff = gate->ne[1];
     gu_job g = {.g = {.w = gate, .x = j->x, .n = m, .rows = rows, .rows_div = j->k, .pre = j->pre},
                 .u = {.w = up, .x = j->x, .n = m, .rows = rows, .rows_div = j->k, .pre = j->pre}};
-    p += mm_prepare_on(NULL, &g.g, p);
-    if (share) {
-        g.u.encode = g.g.encode;
-        g.u.act = g.g.act;
-        g.u.act_row = g.g.act_row;
-        g.u.dot = kernel_dot(up->type);
-        g.u.tile = g.g.tile ? tu : NULL;
-        g.u.packed = g.g.packed;
-    } else {
-        p += mm_prepare_on(NULL, &g.u, p);
-    }
+    p += gu_prepare(NULL, &g, p);
     g.buf = (float *)p;
     p += (sizeof(float) * 2 * (size_t)gu_block_rows(m, true) * (size_t)m + 63) / 64 * 64;
     g.out = (float *)p;
