@@ -18,8 +18,8 @@
  * n * k entries (the others stay unrouted, their slots untouched); expect_taken as above. */
 static void run_case(backend *be, int ne, const int *m, int n, int k, uint32_t tg, uint32_t tu, uint32_t td, int64_t dim,
                      int64_t ff, bool expect_taken) {
-    tview g[8], u[8], d[8];
-    const tview *gv[8], *uv[8], *dv[8];
+    tview g[8] = {0}, u[8] = {0}, d[8] = {0};
+    const tview *gv[8] = {0}, *uv[8] = {0}, *dv[8] = {0}; /* filled up to ne */
     const int slots = n * k;
     float *x = malloc(sizeof(float) * (size_t)(n * dim)), *got = malloc(sizeof(float) * (size_t)(slots * dim)),
           *ref = malloc(sizeof(float) * (size_t)(slots * dim));

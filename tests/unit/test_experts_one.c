@@ -32,8 +32,8 @@ static void free_expert(expert *e) {
 static void run_case(backend *be, int ne, uint32_t tg, uint32_t td, uint32_t tg_last, uint32_t td_last, int64_t dim,
                      int64_t ff, bool expect_taken) {
     expert ex[20];
-    const tview *gv[20], *uv[20], *dv[20];
-    float *one[20], *ref[20];
+    const tview *gv[20] = {0}, *uv[20] = {0}, *dv[20] = {0}; /* filled up to ne */
+    float *one[20] = {0}, *ref[20] = {0};
     float *x = malloc(sizeof(float) * (size_t)dim), *mid = malloc(sizeof(float) * (size_t)ff);
     for (int64_t i = 0; i < dim; i++) x[i] = rnd_unit();
     for (int i = 0; i < ne; i++) {
