@@ -1057,41 +1057,20 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
  * sends a few tokens to many experts (35B-A3B: 256 experts, 16 tokens each on average at 512). */
 #define BYTE_TILE_MIN_TOKS 3
 
-static void tile_q4_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                           size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q4_K, 0);
-}
-static void tile_q4_k8m_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                            size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q4_K, 1);
-}
-static void tile_q5_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                           size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q5_K, 1);
-}
-static void tile_q6_k8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                           size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_Q6_K, 1);
-}
-static const kernel_tile tile_q4_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8_run, 0},
-                         tile_q4_k8m = {q8k_packed_bytes8, q8k_pack8, tile_q4_k8m_run, BYTE_TILE_MIN_TOKS},
-                         tile_q5_k8 = {q8k_packed_bytes8, q8k_pack8, tile_q5_k8_run, BYTE_TILE_MIN_TOKS};
-static void tile_iq2_xs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                             size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ2_XS, 1);
-}
-static void tile_iq3_xxs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks,
-                              float *out, size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ3_XXS, 1);
-}
-static void tile_iq4_xs8_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                             size_t os) {
-    byte_tile_run(n, w, ws, rows, packed, toks, out, os, BYTE_IQ4_XS, 1);
-}
-static const kernel_tile tile_q6_k8 = {q6_packed_bytes, q6_pack, tile_q6_k8_run, BYTE_TILE_MIN_TOKS},
-                         tile_iq2_xs8 = {q6_packed_bytes, q6_pack, tile_iq2_xs8_run, BYTE_TILE_MIN_TOKS},
-                         tile_iq3_xxs8 = {q6_packed_bytes, q6_pack, tile_iq3_xxs8_run, BYTE_TILE_MIN_TOKS},
-                         tile_iq4_xs8 = {q6_packed_bytes, q6_pack, tile_iq4_xs8_run, BYTE_TILE_MIN_TOKS};
+/* A byte tile: its run function over byte_tile_run, its packer and threshold. */
+#define BYTE_TILE(name, kind, mullo, packed_bytes, pack, min_toks)                                     \
+    static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, \
+                           float *out, size_t os) {                                                     \
+        byte_tile_run(n, w, ws, rows, packed, toks, out, os, kind, mullo);                              \
+    }                                                                                                   \
+    static const kernel_tile name = {packed_bytes, pack, name##_run, min_toks};
+BYTE_TILE(tile_q4_k8, BYTE_Q4_K, 0, q8k_packed_bytes8, q8k_pack8, 0)
+BYTE_TILE(tile_q4_k8m, BYTE_Q4_K, 1, q8k_packed_bytes8, q8k_pack8, BYTE_TILE_MIN_TOKS)
+BYTE_TILE(tile_q5_k8, BYTE_Q5_K, 1, q8k_packed_bytes8, q8k_pack8, BYTE_TILE_MIN_TOKS)
+BYTE_TILE(tile_q6_k8, BYTE_Q6_K, 1, q6_packed_bytes, q6_pack, BYTE_TILE_MIN_TOKS)
+BYTE_TILE(tile_iq2_xs8, BYTE_IQ2_XS, 1, q6_packed_bytes, q6_pack, BYTE_TILE_MIN_TOKS)
+BYTE_TILE(tile_iq3_xxs8, BYTE_IQ3_XXS, 1, q6_packed_bytes, q6_pack, BYTE_TILE_MIN_TOKS)
+BYTE_TILE(tile_iq4_xs8, BYTE_IQ4_XS, 1, q6_packed_bytes, q6_pack, BYTE_TILE_MIN_TOKS)
 
 #define KQ_TILE(name, kt)                                                                          \
     static void name##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed,     \
