@@ -245,10 +245,20 @@ void sluice_session_accept(sluice_session *session, int32_t id);
  * length: drafts are verified in one batch and the state is rolled back past the first
  * rejected one. */
 typedef struct sluice_spec_stats {
-    uint64_t steps;     /* verification passes */
+    uint64_t steps;     /* steps (verification passes and plain steps) */
     uint64_t drafted;   /* draft tokens proposed */
     uint64_t accepted;  /* of them, accepted */
+    uint64_t plain;     /* of the steps, those the adaptive policy took without drafts */
 } sluice_spec_stats;
+
+/* How steps choose their drafts. SLUICE_SPEC_ADAPTIVE (the default) drafts only while it pays:
+ * every step is timed, and while drafted steps give fewer tokens per second than plain ones
+ * (low acceptance, or a verification pass that reads many more experts than one token does),
+ * steps go without drafts for a pause (8 steps, doubling to 128 while drafting keeps losing),
+ * after which one drafted step measures again. SLUICE_SPEC_ALWAYS drafts n_draft every step.
+ * The tokens and logits are the same either way; only the speed and the stats differ. */
+typedef enum { SLUICE_SPEC_ADAPTIVE = 0, SLUICE_SPEC_ALWAYS = 1 } sluice_spec_policy;
+void sluice_session_set_spec_policy(sluice_session *session, sluice_spec_policy policy);
 
 /* MTP blocks the model was loaded with (0: none, or loaded with mtp 0). */
 int sluice_model_mtp_blocks(const sluice_model *model);

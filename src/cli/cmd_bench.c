@@ -46,7 +46,8 @@ int cmd_bench(int argc, char **argv) {
         {"--hash-model", NULL, OPT_FLAG, &bp.hash_model, NULL, "full SHA-256 of the model file (default: size + first and last MiB)"},
         {"--trace-routing", NULL, OPT_STR, &bp.trace_path, "FILE", "write the routing of every measured run (docs/trace-format.md)"},
         {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the short untimed warmup run"},
-        {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of N drafts (qwen4exp files with an MTP block; default 0: off); the evidence hashes equal the plain run's"},
+        {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of up to N drafts (qwen4exp files with an MTP block; default 0: off), drafting only while it measures faster than plain steps; the evidence hashes equal the plain run's"},
+        {"--mtp-always", NULL, OPT_FLAG, &bp.mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print one CSV row per run instead of the table"},
         {"--output", "-o", OPT_STR, &out_path, "FILE", "write the report to FILE instead of stdout"},
     };
@@ -96,6 +97,10 @@ int cmd_bench(int argc, char **argv) {
     mp.n_batch = mo.n_batch;
     if (bp.mtp < 0 || bp.mtp > 64) {
         fprintf(stderr, "sluice bench: --mtp takes 0..64 drafts\n");
+        return 2;
+    }
+    if (bp.mtp_always && bp.mtp == 0) {
+        fprintf(stderr, "sluice bench: --mtp-always needs --mtp N\n");
         return 2;
     }
     mp.mtp = bp.mtp;

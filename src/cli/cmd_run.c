@@ -17,7 +17,7 @@
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
     int n_predict = 256, n_threads = 0, n_ctx = 0, n_batch = 0, mtp = 0;
-    bool no_special = false, ignore_eos = false, echo = false, verbose = false;
+    bool no_special = false, ignore_eos = false, echo = false, verbose = false, mtp_always = false;
     sluice_sampler_params sp = sluice_sampler_defaults();
     uint64_t seed = SEED_RANDOM;
     cli_plan_opts po = {0};
@@ -43,7 +43,8 @@ int cmd_run(int argc, char **argv) {
         {"--echo", NULL, OPT_FLAG, &echo, NULL, "print the prompt before the generated text"},
         {"--verbose", "-v", OPT_FLAG, &verbose, NULL, "print model and session details to stderr"},
         {"--trace-routing", NULL, OPT_STR, &trace_path, "FILE", "write the experts chosen at every MoE call (docs/trace-format.md)"},
-        {"--mtp", NULL, OPT_INT, &mtp, "N", "speculative decoding with the model's MTP block, N drafts per step (qwen4exp with an MTP block; greedy: needs --temp 0; default 0: off)"},
+        {"--mtp", NULL, OPT_INT, &mtp, "N", "speculative decoding with the model's MTP block, up to N drafts per step, drafting only while it measures faster than plain steps (qwen4exp with an MTP block; greedy: needs --temp 0; default 0: off)"},
+        {"--mtp-always", NULL, OPT_FLAG, &mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
     };
     cli_opt opts[64];
     int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
@@ -73,6 +74,10 @@ int cmd_run(int argc, char **argv) {
     if (mtp < 0 || mtp > 64 || (mtp > 0 && (sp.temperature > 0.0f || sp.repeat_penalty != 1.0f))) {
         fprintf(stderr, "sluice run: --mtp takes 0..64 drafts and greedy decoding (--temp 0, "
                         "no --repeat-penalty)\n");
+        return 2;
+    }
+    if (mtp_always && mtp == 0) {
+        fprintf(stderr, "sluice run: --mtp-always needs --mtp N\n");
         return 2;
     }
 
@@ -114,6 +119,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     sluice_session_set_sampler(s, &sp);
+    sluice_session_set_spec_policy(s, mtp_always ? SLUICE_SPEC_ALWAYS : SLUICE_SPEC_ADAPTIVE);
     if (trace_path) {
         char terr[512];
         if (!(tw = trace_writer_for_model(trace_path, m, terr, sizeof terr))) {
@@ -203,8 +209,9 @@ int cmd_run(int argc, char **argv) {
             n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
             t_gen > 0 ? n_gen / t_gen : 0.0);
     if (mtp > 0)
-        fprintf(stderr, "sluice: MTP %d drafts/step: %llu steps, %llu of %llu drafts accepted (%.1f%%)\n",
-                mtp, (unsigned long long)ss.steps, (unsigned long long)ss.accepted,
+        fprintf(stderr, "sluice: MTP %d drafts/step (%s): %llu steps (%llu plain), %llu of %llu drafts accepted (%.1f%%)\n",
+                mtp, mtp_always ? "every step" : "adaptive", (unsigned long long)ss.steps,
+                (unsigned long long)ss.plain, (unsigned long long)ss.accepted,
                 (unsigned long long)ss.drafted,
                 ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0);
     rc = 0;

@@ -15,6 +15,13 @@ typedef struct session_spec {
     int cap;
     session_draft_fn hook;
     void *hook_ctx;
+    /* the adaptive policy (engine/speculative.c): tokens per second of drafted and of plain
+     * steps (exponential averages; 0: none measured yet), the plain steps left in the current
+     * pause, the length of the next pause, and whether the next step must draft (a probe) */
+    double rate_spec, rate_plain;
+    int pause, backoff;
+    bool probe;
+    bool always; /* SLUICE_SPEC_ALWAYS */
 } session_spec;
 
 const sluice_model *session_model(const sluice_session *s);
@@ -25,6 +32,11 @@ session_spec *session_spec_of(sluice_session *s);
 /* Move the position (a rollback after a verification pass) and set the last logits (NULL:
  * none). The model's own state must already match (arch spec_keep). */
 void session_set_position(sluice_session *s, int pos, const float *logits);
+
+/* The adaptive draft policy (engine/speculative.c), apart for its tests: whether this step
+ * drafts (it counts the step against a pause), and the account of a step just taken. */
+bool spec_policy_drafts(session_spec *sp);
+void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds);
 
 /* Install the draft hook (tests). */
 void sluice_session_set_draft_hook(sluice_session *s, session_draft_fn fn, void *ctx);

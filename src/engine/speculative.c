@@ -9,9 +9,14 @@
  *      (spec_keep), attention caches past it are simply never read.
  * The engine is bit-identical across batch sizes (docs/ARCHITECTURE.md, Determinism), so the
  * kept rows are the logits plain decoding computes one token at a time, and the tokens follow.
- * The MTP block's own KV cache follows the trunk inside every pass (mtp_follow). */
+ * The MTP block's own KV cache follows the trunk inside every pass (mtp_follow).
+ *
+ * Whether a step drafts at all is the adaptive policy's choice (spec_policy_drafts): drafting
+ * pays only when accepted tokens outweigh the drafts' passes and the wider verification pass
+ * (on a streamed model that pass reads the experts of every drafted token). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/error.h"
 #include "engine/session_internal.h"
@@ -25,6 +30,55 @@ void sluice_session_set_draft_hook(sluice_session *s, session_draft_fn fn, void 
     session_spec *sp = session_spec_of(s);
     sp->hook = fn;
     sp->hook_ctx = ctx;
+}
+
+void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy) {
+    session_spec_of(s)->always = policy == SLUICE_SPEC_ALWAYS;
+}
+
+/* ---- the adaptive policy -------------------------------------------------------------------
+ * Measured, not modelled: tokens per second of drafted steps against plain ones, each an
+ * exponential average (a new step weighs SPEC_RATE_WEIGHT). The first step drafts, the next is
+ * plain (to have both rates); then a step drafts while the drafted rate is at least the plain
+ * one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long, doubling up to
+ * SPEC_PAUSE_MAX while drafting keeps losing; its end forces one drafted step (a probe), whose
+ * rate replaces the stale average. With drafts that never hit, at most one step in
+ * SPEC_PAUSE_MAX + 1 drafts. */
+#define SPEC_RATE_WEIGHT 0.25
+#define SPEC_PAUSE_MIN 8
+#define SPEC_PAUSE_MAX 128
+
+bool spec_policy_drafts(session_spec *sp) {
+    if (sp->always) return true;
+    if (sp->pause > 0) {
+        if (--sp->pause == 0) sp->probe = true;
+        return false;
+    }
+    if (sp->probe || sp->rate_spec == 0.0) return true;
+    if (sp->rate_plain == 0.0) return false; /* one plain step, for its rate */
+    if (sp->rate_spec >= sp->rate_plain) return true;
+    const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN;
+    sp->backoff = 2 * len < SPEC_PAUSE_MAX ? 2 * len : SPEC_PAUSE_MAX;
+    sp->pause = len - 1; /* this step is the pause's first */
+    if (sp->pause == 0) sp->probe = true;
+    return false;
+}
+
+void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds) {
+    if (sp->always || seconds <= 0.0) return;
+    const double r = (double)tokens / seconds;
+    double *avg = drafted ? &sp->rate_spec : &sp->rate_plain;
+    *avg = *avg == 0.0 || (drafted && sp->probe) ? r : (1.0 - SPEC_RATE_WEIGHT) * *avg + SPEC_RATE_WEIGHT * r;
+    if (drafted) {
+        sp->probe = false;
+        if (sp->rate_plain != 0.0 && sp->rate_spec >= sp->rate_plain) sp->backoff = 0; /* it pays again */
+    }
+}
+
+static double spec_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int32_t *fed,
@@ -68,6 +122,18 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     int32_t batch[64 + 1];
     if (N > 64) N = 64;
     batch[0] = sluice_argmax(last, V);
+    const double t0 = spec_now();
+    if (N > 0 && !spec_policy_drafts(sp)) { /* a plain step (the MTP block still follows) */
+        if (sluice_session_eval(s, batch, 1, NULL) != 0) return -1;
+        spec_policy_account(sp, false, 1, spec_now() - t0);
+        fed[0] = batch[0];
+        if (logits) memcpy(logits, sluice_session_logits(s), (size_t)V * sizeof(float));
+        if (stats) {
+            stats->steps++;
+            stats->plain++;
+        }
+        return 1;
+    }
     if (N > 0 && a->mtp_draft(m, st, be, batch[0], pos, N, batch + 1) != 0) return -1;
     if (sp->hook)
         for (int j = 1; j <= N; j++) batch[j] = sp->hook(sp->hook_ctx, pos + j, batch[j]);
@@ -80,6 +146,7 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     while (k < N && sluice_argmax(sp->logits + (size_t)k * V, V) == batch[k + 1]) k++;
     if (a->spec_keep(m, st, k + 1) != 0) return -1;
     session_set_position(s, pos + k + 1, sp->logits + (size_t)k * V);
+    if (N > 0) spec_policy_account(sp, true, k + 1, spec_now() - t0);
     memcpy(fed, batch, (size_t)(k + 1) * sizeof *fed);
     if (logits) memcpy(logits, sp->logits, (size_t)(k + 1) * (size_t)V * sizeof(float));
     if (stats) {

@@ -54,8 +54,9 @@ bool qsa_load_layer(sluice_model *m, int il, char *err, size_t n) {
 }
 
 /* The indexer of layer il for a batch: cache the raw keys, pool the blocks the batch
- * completes, and choose each token's cells (xs->sel, xs->sel_n). */
-static void indexer(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0) {
+ * completes, and (unless keys_only) choose each token's cells (xs->sel, xs->sel_n). */
+static void indexer(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0,
+                    bool keys_only) {
     const hparams *hp = &m->hp;
     const q4x_model *q = q4x_of(m);
     const q4x_layer *X = &q->layers[il];
@@ -69,6 +70,7 @@ static void indexer(const sluice_model *m, model_state *st, backend *be, int il,
     if (b1 > b0)
         be->ops->qsa_pool(be, kraw, b0, b1 - b0, r, D, X->idx_k_norm.data, hp->rms_eps,
                           hp->n_rot, hp->rope_base, kblk);
+    if (keys_only) return;
     const int width = q->idx_top_k + r - 1;
     if (pos0 + n <= width) { /* every token sees at most the budget: dense, no scores */
         be_upload(be, xs->sel_n, xs->dense_h, (size_t)n * sizeof(int32_t));
@@ -104,7 +106,8 @@ static void observe(const sluice_model *m, model_state *st, int il, int n, int p
     (void)m;
 }
 
-void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0) {
+void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0,
+                   bool kv_only) {
     const hparams *hp = &m->hp;
     const q4x_model *q = q4x_of(m);
     const layer_weights *L = &m->layers[il];
@@ -112,7 +115,18 @@ void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, 
     q4x_state *xs = q4x_state_of(st);
     const int nh = hp->n_head, hd = hp->head_dim_k;
     const bool sparse = q->layers[il].compress > 0;
-    if (sparse) indexer(m, st, be, il, n, pos0);
+    if (sparse) indexer(m, st, be, il, n, pos0, kv_only);
+    const int slot = H->slot[il];
+    float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
+    float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
+    if (kv_only) {
+        be_matmul(be, &L->wk, st->cur, n, st->k);
+        be_matmul(be, &L->wv, st->cur, n, st->v);
+        be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
+        be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
+        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+        return;
+    }
 
     be_matmul(be, &L->wq, st->cur, n, H->qg);
     /* each head's rows are [query (hd) | gate (hd)] */
@@ -124,9 +138,6 @@ void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, 
     be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
     be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
     be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-    const int slot = H->slot[il];
-    float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
-    float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
     be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
     const float scale = 1.0f / sqrtf((float)hd);
     if (sparse) {

@@ -498,7 +498,7 @@ static int q4x_forward(const sluice_model *m, model_state *st, backend *be,
         if (il == q->ple_layer && ngram_forward(m, st, be, n, pos0) != 0) return -1;
         hc_read(m, st, be, &X->attn, st->x, n, st->cur);
         if (m->layers[il].recurrent) gdn_layer_forward(m, st, be, il, n);
-        else qsa_attention(m, st, be, il, n, pos0);
+        else qsa_attention(m, st, be, il, n, pos0, false);
         hc_write(m, st, be, st->tmp, n);
         hc_read(m, st, be, &X->ffn, st->x, n, st->cur);
         if (moe_forward(m, st, be, il, st->cur, n, st->tmp, NULL, NULL, NULL) != 0) return -1;

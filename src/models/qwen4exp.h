@@ -136,7 +136,9 @@ int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_
                int pos0);
 /* The MTP block over n positions pos0.. with trunk (or chained) residual rows h [n][hc*E] and
  * the next tokens; the block's output residual stays in xs->mtp_x; logits (host [n][n_vocab])
- * of its own mixer and the shared head when not NULL. 0 or -1. */
+ * of its own mixer and the shared head when not NULL. logits NULL: the block follows the trunk,
+ * and only its attention's KV rows are made (the rest of the block feeds nothing later
+ * positions read; xs->mtp_x is then not the block's output). 0 or -1. */
 int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float *h,
                 const int32_t *next, int n, int pos0, float *logits);
 /* Draft n_draft tokens after `next` (the token at position pos, not yet evaluated): greedy
@@ -167,8 +169,10 @@ void hc_write(const sluice_model *m, model_state *st, backend *be, const float *
 /* ---- qsa.c ---- */
 bool qsa_load_layer(sluice_model *m, int il, char *err, size_t n);
 /* Gated attention of attention layer il (QSA when the layer has an indexer): st->cur ->
- * st->tmp. */
-void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0);
+ * st->tmp. kv_only: only what later positions read (the KV cache rows and the indexer's keys
+ * and pooled blocks, computed exactly as the full pass computes them); st->tmp is untouched. */
+void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, int n, int pos0,
+                   bool kv_only);
 
 /* ---- ngram.c ---- */
 bool ngram_load(sluice_model *m, char *err, size_t n);

@@ -164,14 +164,18 @@ int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float
     be_matmul(be, &q->mtp_eh_proj, xs->mtp_cat, n * hc, xs->mtp_x);
     /* the trunk-shaped layer */
     hc_read(m, st, be, &X->attn, xs->mtp_x, n, st->cur);
-    qsa_attention(m, st, be, L, n, pos0);
+    if (!logits) { /* following: the KV rows are all later positions read of this pass */
+        qsa_attention(m, st, be, L, n, pos0, true);
+        st->route_fn = route;
+        return 0;
+    }
+    qsa_attention(m, st, be, L, n, pos0, false);
     be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
     hc_read(m, st, be, &X->ffn, xs->mtp_x, n, st->cur);
     const int rc = moe_forward(m, st, be, L, st->cur, n, st->tmp, NULL, NULL, NULL);
     st->route_fn = route;
     if (rc != 0) return -1;
     be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
-    if (!logits) return 0;
     hc_read(m, st, be, &q->mtp_head, xs->mtp_x, n, st->cur);
     be_matmul(be, &m->output, st->cur, n, logits); /* host backends only (mtp_draft checks) */
     return 0;

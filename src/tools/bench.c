@@ -215,6 +215,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     }
     sluice_spec_stats ss = {0};
     int32_t fed[65];
+    sluice_session_set_spec_policy(s, c->bp->mtp_always ? SLUICE_SPEC_ALWAYS : SLUICE_SPEC_ADAPTIVE);
     for (int i = 0; c->bp->mtp > 0 && i < n_gen;) { /* MTP speculative steps */
         float *rows = measured ? logits + (size_t)(i + 1) * V : NULL;
         const double ts = now_s();
@@ -251,6 +252,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     r->spec_steps = ss.steps;
     r->spec_drafted = ss.drafted;
     r->spec_accepted = ss.accepted;
+    r->spec_plain = ss.plain;
     r->peak_rss = machine_peak_rss();
     r->peak_rss_per_run = per_run;
     r->n_prompt = p;

@@ -43,6 +43,7 @@ typedef struct bench_params {
     bool warmup;                /* one short untimed run first */
     int mtp;                    /* > 0: decode by MTP speculative steps of this many drafts (the
                                  * model loaded with params.mtp); the evidence is unchanged */
+    bool mtp_always;            /* draft every step (SLUICE_SPEC_ALWAYS), not adaptively */
 } bench_params;
 
 typedef struct bench_stats {
@@ -59,7 +60,8 @@ typedef struct bench_run {
     bench_stats prefill, decode;
     uint64_t unique_expert_bytes;                    /* distinct experts used x expert size */
     double read_amplification;                       /* bytes read / unique_expert_bytes */
-    uint64_t spec_steps, spec_drafted, spec_accepted; /* MTP: passes, drafts, accepted */
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* MTP: steps, drafts, accepted */
+    uint64_t spec_plain;                              /* MTP: steps the policy took plain */
     char logits_sha[65], tokens_sha[65];
     char logits_file[512], tokens_file[512];
 } bench_run;

@@ -28,6 +28,7 @@
 #define OVR "qwen4exp.attention.indexer.top_k=int:8"
 #define N_PROMPT 21
 #define N_GEN 24
+#define SPEC_TEST_PAUSE_MAX 128 /* speculative.c's SPEC_PAUSE_MAX */
 
 static char g_path[4096], g_plain[4096];
 
@@ -279,6 +280,51 @@ static int32_t argmax(const float *x, int n) {
     return b;
 }
 
+/* The block follows the trunk with its KV rows only (mtp_follow, a prompt in chunks): a draft
+ * made on those rows must equal, bit for bit, the block's full forward over all the positions
+ * in one batch (the engine is bit-identical across batch sizes), so the rows follow made are
+ * the ones the full block makes. */
+static void test_follow(void) {
+    sluice_model *m = load(g_path, 1, SLUICE_MODE_RESIDENT, 0);
+    CHECKF(m != NULL, "%s", sluice_last_error());
+    if (!m) return;
+    enum { P = 11, CH = 4 };
+    const int W = q4x_of(m)->hc * m->hp.n_embd, V = m->hp.n_vocab;
+    sluice_session_params sp = {.n_ctx = 32, .n_batch = 16, .n_threads = 2};
+    sluice_session *s = sluice_session_new(m, &sp), *s2 = sluice_session_new(m, &sp);
+    float *h = malloc(sizeof(float) * (size_t)P * W), *draft = malloc(sizeof(float) * (size_t)V);
+    float *full = malloc(sizeof(float) * (size_t)P * V);
+    CHECKF(s && s2 && h && draft && full, "%s", sluice_last_error());
+    int32_t tok[P], next[P], d = -1;
+    uint32_t r = 777;
+    for (int i = 0; i < P; i++) {
+        r = r * 1103515245u + 12345u;
+        tok[i] = (int32_t)((r >> 8) % 2000u);
+    }
+    model_state *st = s ? session_model_state(s) : NULL;
+    for (int p0 = 0; s && h && p0 < P; p0 += CH) { /* the trunk's residual rows, chunk by chunk */
+        const int n = P - p0 < CH ? P - p0 : CH;
+        CHECK(sluice_session_eval(s, tok + p0, n, NULL) == 0);
+        memcpy(h + (size_t)p0 * W, st->x, sizeof(float) * (size_t)n * W);
+    }
+    if (s && s2 && h && draft && full) {
+        const int32_t g = argmax(sluice_session_logits(s), V);
+        CHECK(mtp_draft(m, st, session_backend(s), g, P, 1, &d) == 0);
+        memcpy(draft, q4x_state_of(st)->mtp_logits, sizeof(float) * (size_t)V);
+        for (int i = 0; i + 1 < P; i++) next[i] = tok[i + 1];
+        next[P - 1] = g;
+        CHECK(mtp_forward(m, session_model_state(s2), session_backend(s2), h, next, P, 0, full) == 0);
+        const bool same = memcmp(draft, full + (size_t)(P - 1) * V, sizeof(float) * (size_t)V) == 0;
+        printf("MTP draft after following %d positions in chunks of %d: %s the full block's row\n",
+               P, CH, same ? "equals" : "DIFFERS from");
+        CHECK(same && d == argmax(draft, V));
+    }
+    free(h), free(draft), free(full);
+    sluice_session_free(s);
+    sluice_session_free(s2);
+    sluice_model_free(m);
+}
+
 static void plain_greedy(void) {
     sluice_model *m = load(g_plain, 0, SLUICE_MODE_RESIDENT, 0);
     CHECKF(m != NULL, "%s", sluice_last_error());
@@ -310,12 +356,14 @@ static int32_t hook(void *ctx, int pos, int32_t proposed) {
 }
 
 /* One speculative run: its tokens and rows must equal the plain run's. */
-static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const char *label) {
+static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const char *label,
+                     sluice_spec_policy policy) {
     sluice_session_params sp = {.n_ctx = 64, .n_batch = 8, .n_threads = threads};
     sluice_session *s = sluice_session_new(m, &sp);
     CHECKF(s != NULL, "%s", sluice_last_error());
     if (!s) return;
     if (o) sluice_session_set_draft_hook(s, hook, o);
+    sluice_session_set_spec_policy(s, policy);
     float *rows = malloc(sizeof(float) * (size_t)(N_GEN + 1) * g_V);
     int32_t fed[8];
     sluice_spec_stats ss = {0};
@@ -336,10 +384,19 @@ static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const
     ok = ok && done == N_GEN && sluice_session_pos(s) == N_PROMPT + N_GEN &&
          memcmp(rows + g_V, g_rows + g_V, sizeof(float) * (size_t)N_GEN * g_V) == 0 &&
          argmax(sluice_session_logits(s), g_V) == g_seq[N_PROMPT + N_GEN];
-    printf("%-34s drafts %d threads %d: %2llu steps, %2llu/%2llu accepted: %s\n", label, n_draft,
-           threads, (unsigned long long)ss.steps, (unsigned long long)ss.accepted,
-           (unsigned long long)ss.drafted, ok ? "identical" : "DIFFERENT");
+    printf("%-34s drafts %d threads %d: %2llu steps (%2llu plain), %2llu/%2llu accepted: %s\n",
+           label, n_draft, threads, (unsigned long long)ss.steps, (unsigned long long)ss.plain,
+           (unsigned long long)ss.accepted, (unsigned long long)ss.drafted,
+           ok ? "identical" : "DIFFERENT");
     CHECKF(ok, "%s, %d drafts, %d threads", label, n_draft, threads);
+    if (policy == SLUICE_SPEC_ADAPTIVE) { /* the first step drafts, the second is plain */
+        CHECKF(ss.drafted > 0 && ss.plain > 0, "adaptive: %llu drafted, %llu plain steps",
+               (unsigned long long)ss.drafted, (unsigned long long)ss.plain);
+        free(rows);
+        sluice_session_free(s);
+        return;
+    }
+    CHECK(ss.plain == 0);
     if (o && o->every == 0)
         CHECKF(ss.accepted == ss.drafted && ss.accepted > 0, "oracle: %llu of %llu accepted",
                (unsigned long long)ss.accepted, (unsigned long long)ss.drafted);
@@ -350,8 +407,44 @@ static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const
     sluice_session_free(s);
 }
 
+/* ---- the adaptive policy, on given step rates ----------------------------------------------
+ * Steps whose tokens per second are given (drafted, plain): count the drafted ones. */
+static int policy_run(session_spec *sp, int steps, double r_draft, double r_plain) {
+    int drafted = 0;
+    for (int i = 0; i < steps; i++) {
+        const bool d = spec_policy_drafts(sp);
+        drafted += d;
+        spec_policy_account(sp, d, 1, 1.0 / (d ? r_draft : r_plain));
+    }
+    return drafted;
+}
+
+static void test_policy(void) {
+    /* drafting pays: after the one plain step that measures the plain rate, every step drafts */
+    session_spec a = {0};
+    int d = policy_run(&a, 1000, 1.4, 1.0);
+    CHECKF(d == 999, "paying drafts: %d of 1000 steps drafted", d);
+    /* drafting loses (no draft ever hits): pauses of 8, 16, ... 128 plain steps, one probe
+     * after each: 1 + 1 + 7 probes in 1000 steps */
+    session_spec b = {0};
+    d = policy_run(&b, 1000, 0.8, 1.0);
+    CHECKF(d >= 5 && d <= 12, "losing drafts: %d of 1000 steps drafted", d);
+    /* drafting starts to pay (the text turned predictable): back within one longest pause */
+    int late = policy_run(&b, 200, 1.5, 1.0);
+    CHECKF(late >= 200 - SPEC_TEST_PAUSE_MAX - 1, "recovering: %d of 200 steps drafted", late);
+    /* and stops again when it loses, within one step of the average falling under */
+    d = policy_run(&b, 200, 0.5, 1.0);
+    CHECKF(d <= 8, "losing again: %d of 200 steps drafted", d);
+    /* SLUICE_SPEC_ALWAYS: every step */
+    session_spec c = {.always = true};
+    CHECK(policy_run(&c, 100, 0.1, 1.0) == 100);
+    printf("adaptive policy: paying 999/1000 drafted, losing %d/1000, recovering %d/200\n",
+           policy_run(&(session_spec){0}, 1000, 0.8, 1.0), late);
+}
+
 int main(void) {
     char err[512];
+    test_policy();
     snprintf(g_path, sizeof g_path, "%s/mtp-qwen4exp-tiny-F32.gguf", SLUICE_TEST_WORK);
     snprintf(g_plain, sizeof g_plain, "%s/nomtp-qwen4exp-tiny-F32.gguf", SLUICE_TEST_WORK);
     synth_options o = {.preset = "qwen4exp-tiny", .type = "F32", .out = g_path, .seed = 5,
@@ -387,8 +480,9 @@ int main(void) {
     CHECK(bad == NULL && strstr(sluice_last_error(), "no MTP block"));
     sluice_model_free(bad);
 
-    /* 2. the block's forward */
+    /* 2. the block's forward, and following the trunk */
     test_forward();
+    test_follow();
 
     /* 3. speculative == greedy */
     uint32_t r = 99;
@@ -408,14 +502,19 @@ int main(void) {
         if (!m) continue;
         const char *lab = mode ? "streamed (cache at the floor)" : "resident";
         for (int n = 1; n <= 3; n++)
-            for (int t = 1; t <= 2; t++) spec_run(m, n, t, NULL, lab);
+            for (int t = 1; t <= 2; t++) spec_run(m, n, t, NULL, lab, SLUICE_SPEC_ALWAYS);
         oracle all = {0}, fourth = {4};
         for (int n = 1; n <= 3; n++) {
             char l[96];
             snprintf(l, sizeof l, "%s, true drafts", lab);
-            spec_run(m, n, 2, &all, l);
+            spec_run(m, n, 2, &all, l, SLUICE_SPEC_ALWAYS);
             snprintf(l, sizeof l, "%s, every 4th draft wrong", lab);
-            spec_run(m, n, 1 + (n & 1), &fourth, l);
+            spec_run(m, n, 1 + (n & 1), &fourth, l, SLUICE_SPEC_ALWAYS);
+            /* the adaptive policy mixes plain and drafted steps as timing decides: the same */
+            snprintf(l, sizeof l, "%s, adaptive", lab);
+            spec_run(m, n, 2, NULL, l, SLUICE_SPEC_ADAPTIVE);
+            snprintf(l, sizeof l, "%s, adaptive, every 4th wrong", lab);
+            spec_run(m, n, 1, &fourth, l, SLUICE_SPEC_ADAPTIVE);
         }
         sluice_model_free(m);
     }
