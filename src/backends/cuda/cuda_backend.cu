@@ -924,6 +924,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;
+    c->mv_pair = !getenv("SLUICE_CUDA_MV_PAIR") || atoi(getenv("SLUICE_CUDA_MV_PAIR")) != 0;
     c->mv_encode = !getenv("SLUICE_CUDA_MV_ENCODE") || atoi(getenv("SLUICE_CUDA_MV_ENCODE")) != 0;
     c->no_tail_norm = getenv("SLUICE_CUDA_NO_TAIL_NORM") != nullptr;
     c->attn_encode = !getenv("SLUICE_CUDA_ATTN_ENCODE") || atoi(getenv("SLUICE_CUDA_ATTN_ENCODE")) != 0;

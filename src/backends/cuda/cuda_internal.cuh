@@ -270,6 +270,8 @@ struct cuda_backend {
                                 * launch (k_mv_q_mix); SLUICE_CUDA_MV_MIX=0 turns it off */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
                                 * (moe_experts_shared); SLUICE_CUDA_SHARED_APART turns it off */
+    bool mv_pair;              /* one token's grouped rows two to a warp (k_mv_q PAIR);
+                                * SLUICE_CUDA_MV_PAIR=0 turns it off */
     int mv_prefetch;           /* SLUICE_CUDA_MV_PREFETCH (default 3): weights asked of L2 early:
                                 * bit 0, a plain matrix-vector product's rows before pdl_wait;
                                 * bit 1, an expert's rows (through the table) after it; bit 2,

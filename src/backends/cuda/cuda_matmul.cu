@@ -239,10 +239,11 @@ __device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t 
  * computed, not written), for rows of at most BPI / 2 blocks, where the other half of the warp
  * only ever added zeros: each group takes the same block, and the butterfly's first step
  * (adding the other half's +0.0) is kept as an explicit + 0.0f, so the same bits. */
-template <int T, int NT, bool DUAL, int W = 32>
+template <int T, int NT, bool DUAL, int W = 32, bool PAIR = false>
 __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int64_t row, int lane, bool store = true,
                                          const qact *own = nullptr) {
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES, LPB = B / 32, BPI = W / LPB;
+    constexpr bool TWO = DUAL || PAIR; /* a second weight row beside the first, same activations */
     /* own: the block's own encoding of its one activation row (shared memory), else A.a */
     const int8_t *aq = own ? own->q : A.a.q;
     const float *ad = own ? own->d : A.a.d;
@@ -250,8 +251,11 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
     const uint32_t row_len = (uint32_t)(A.K / B) * BYTES;
     const int j0 = blockIdx.y * NT; /* first token (plain) or the slot (grouped, NT = 1) */
     const uint8_t *w = row_ptr(P.s, j0, row);
-    const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : nullptr;
-    if (P.s.table && (A.pf & 2)) mv_prefetch_row<DUAL>(w, w2, row_len, lane);
+    /* PAIR: the next row of the same matrix (itself again past the last row: computed, not
+     * stored) */
+    const bool second = PAIR && row + 1 < P.rows;
+    const uint8_t *w2 = DUAL ? row_ptr(A.s2, j0, row) : PAIR ? (second ? w + P.s.row_bytes : w) : nullptr;
+    if (P.s.table && (A.pf & 2)) mv_prefetch_row<TWO>(w, w2, row_len, lane);
     const int arow0 = own ? 0 : act_row(A.s, j0);
     const int nt = A.n - j0 < NT ? A.n - j0 : NT;
     const int sub = lane % LPB, bl = lane / LPB;
@@ -275,7 +279,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
             int sc[2], mn[2], sc2[2], mn2[2];
             dchunk<T>(bp, sub, A.tb, q, sc, mn);
             dfloats<T>(bp, fw, fm);
-            if (DUAL) {
+            if (TWO) {
                 const uint8_t *bp2 = w2 + (size_t)blk * BYTES;
                 dchunk<T>(bp2, sub, A.tb, q2, sc2, mn2);
                 dfloats<T>(bp2, fw2, fm2);
@@ -287,11 +291,11 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
                     const uint4 *ap = reinterpret_cast<const uint4 *>(aq + ar * A.K + (size_t)blk * B + sub * 32);
                     const uint4 a0 = ap[0], a1 = ap[1];
                     is[t] = dot8(q, a0, a1, sc[0], sc[1]);
-                    if (DUAL) is2[t] = dot8(q2, a0, a1, sc2[0], sc2[1]);
+                    if (TWO) is2[t] = dot8(q2, a0, a1, sc2[0], sc2[1]);
                     if (qtraits<T>::MIN) {
                         const int *bsp = abs_ + ar * (A.K / 16) + (size_t)blk * 16 + 2 * sub;
                         ms[t] = mn[0] * bsp[0] + mn[1] * bsp[1];
-                        if (DUAL) ms2[t] = mn2[0] * bsp[0] + mn2[1] * bsp[1];
+                        if (TWO) ms2[t] = mn2[0] * bsp[0] + mn2[1] * bsp[1];
                     }
                 }
             }
@@ -303,7 +307,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
                 for (int off = 1; off < LPB; off <<= 1) {
                     is[t] += __shfl_xor_sync(0xffffffffu, is[t], off);
                     if (qtraits<T>::MIN) ms[t] += __shfl_xor_sync(0xffffffffu, ms[t], off);
-                    if (DUAL) {
+                    if (TWO) {
                         is2[t] += __shfl_xor_sync(0xffffffffu, is2[t], off);
                         if (qtraits<T>::MIN) ms2[t] += __shfl_xor_sync(0xffffffffu, ms2[t], off);
                     }
@@ -315,7 +319,7 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
                 if (t < nt) {
                     const float da = ad[(size_t)(arow0 + t) * nblk + blk];
                     acc[t] = __fadd_rn(acc[t], block_term<T>(fw, fm, da, is[t], ms[t]));
-                    if (DUAL) acc2[t] = __fadd_rn(acc2[t], block_term<T>(fw2, fm2, da, is2[t], ms2[t]));
+                    if (TWO) acc2[t] = __fadd_rn(acc2[t], block_term<T>(fw2, fm2, da, is2[t], ms2[t]));
                 }
         }
     }
@@ -323,31 +327,37 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
     for (int t = 0; t < NT; t++) {
         if (W == 16) { /* the full warp's first step: the other half held +0.0 */
             acc[t] = __fadd_rn(acc[t], 0.0f);
-            if (DUAL) acc2[t] = __fadd_rn(acc2[t], 0.0f);
+            if (TWO) acc2[t] = __fadd_rn(acc2[t], 0.0f);
         }
 #pragma unroll
         for (int off = W / 2; off >= 1; off >>= 1) {
             acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
-            if (DUAL) acc2[t] = __fadd_rn(acc2[t], __shfl_xor_sync(0xffffffffu, acc2[t], off));
+            if (TWO) acc2[t] = __fadd_rn(acc2[t], __shfl_xor_sync(0xffffffffu, acc2[t], off));
         }
     }
     if (lane == 0 && store)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < nt) out_row(A, P, j0 + t)[row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+            if (t < nt) {
+                float *o = out_row(A, P, j0 + t);
+                o[row] = DUAL ? silu_mul(acc[t], acc2[t]) : acc[t];
+                if (second) o[row + 1] = acc2[t];
+            }
 }
 
-/* One output row per warp, 4 warps per block. (Two or four rows per warp, in fewer blocks,
- * measured slower: 35B-A3B decode 300 -> 214 t/s with four; the rows' chains of loads then
- * run one after the other.) W = 16: two rows per warp side by side, one per half (short rows,
- * see mv_q_row), 8 per block. */
-template <int T, int NT, bool DUAL, int W = 32>
+/* One output row per warp, 4 warps per block. (Two or four rows per warp one after the other,
+ * in fewer blocks, measured slower: 35B-A3B decode 300 -> 214 t/s with four; the rows' chains
+ * of loads then run one after the other.) W = 16: two rows per warp side by side, one per half
+ * (short rows, see mv_q_row), 8 per block. PAIR: two rows per warp computed together (their
+ * loads in flight at once, mv_q_row), 8 per block: one token's grouped rows of one iteration
+ * (mv_pair_rows), where a row per warp left more warps than the GPU holds at once. */
+template <int T, int NT, bool DUAL, int W = 32, bool PAIR = false>
 __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
     constexpr int B = qtraits<T>::B, BYTES = qtraits<T>::BYTES;
     const int warp = threadIdx.x >> 5, wl = threadIdx.x & 31;
     const int lane = W == 16 ? wl & 15 : wl; /* the lane within the row's lanes */
     const mv_part P = mv_pick(A);
-    const int64_t row0 = W == 16 ? ((int64_t)P.bx * 4 + warp) * 2 : (int64_t)P.bx * 4 + warp;
+    const int64_t row0 = W == 16 || PAIR ? ((int64_t)P.bx * 4 + warp) * 2 : (int64_t)P.bx * 4 + warp;
     const bool live = row0 + (W == 16 ? (wl >> 4) : 0) < P.rows;
     /* a half whose row is past the end computes the last row again (its shuffles need it) */
     const int64_t row = live ? row0 + (W == 16 ? (wl >> 4) : 0) : P.rows - 1;
@@ -373,7 +383,7 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
     } else if (W == 16) {
         if (row0 < P.rows) mv_q_row<T, NT, DUAL, W>(A, P, row, lane, live); /* warp-uniform */
     } else if (live) {
-        mv_q_row<T, NT, DUAL>(A, P, row, lane);
+        mv_q_row<T, NT, DUAL, 32, PAIR>(A, P, row, lane);
     }
 }
 
@@ -501,6 +511,14 @@ static bool mv_half_rows(const cuda_backend *c, int B, int64_t K, bool one_row_g
     return c->mv_half && !dual && one_row_group && B >= 32 && K / B * 2 <= 32 / (B / 32);
 }
 
+/* Whether a product takes two rows per warp (k_mv_q PAIR): one token's grouped (expert) rows,
+ * no dual, full-warp rows of one iteration (at most 32 / (B / 32) blocks). The 30B-A3B shape's
+ * down product (K = 768, Q6_K: 3 blocks) gave a warp per row to 8 x 2,048 rows, two waves of
+ * the GPU's resident warps, each row a single round trip to memory. */
+static bool mv_pair_rows(const cuda_backend *c, int B, int64_t K, bool grouped, bool dual, bool half) {
+    return c->mv_pair && grouped && !dual && !half && B >= 32 && K / B <= 32 / (B / 32);
+}
+
 static int type_block(uint32_t type) { /* values per block of a quantized type; 0: a float type */
     switch (type) {
 #define TB_CASE(T)                                                                                 \
@@ -526,6 +544,8 @@ template <int T> static void mv_q(cuda_backend *c, const mv_args &a, bool dual) 
     if (grouped || a.n == 1) {
         if (dual) launch_mv(k_mv_q<T, 1, true>, c, a, 1);
         else if (half) launch_mv(k_mv_q<T, 1, false, 16>, c, a, 1, 8);
+        else if (!a.xin && mv_pair_rows(c, qtraits<T>::B, a.K, grouped, dual, half))
+            launch_mv(k_mv_q<T, 1, false, 32, true>, c, a, 1, 8);
         else launch_mv(k_mv_q<T, 1, false>, c, a, 1);
     } else {
         if (dual) launch_mv(k_mv_q<T, 8, true>, c, a, 8);
