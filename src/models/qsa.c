@@ -119,26 +119,20 @@ void qsa_attention(const sluice_model *m, model_state *st, backend *be, int il, 
     const int slot = H->slot[il];
     float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
-    if (kv_only) {
-        be_matmul(be, &L->wk, st->cur, n, st->k);
-        be_matmul(be, &L->wv, st->cur, n, st->v);
-        be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
-        be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-        be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
-        return;
-    }
+    /* the keys and values first: all that later positions read (kv_only stops there) */
+    be_matmul(be, &L->wk, st->cur, n, st->k);
+    be_matmul(be, &L->wv, st->cur, n, st->v);
+    be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
+    be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
+    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
+    if (kv_only) return;
 
     be_matmul(be, &L->wq, st->cur, n, H->qg);
     /* each head's rows are [query (hd) | gate (hd)] */
     be_copy_rows(be, st->q, (size_t)hd, H->qg, (size_t)2 * hd, n * nh, hd);
     be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
-    be_matmul(be, &L->wk, st->cur, n, st->k);
-    be_matmul(be, &L->wv, st->cur, n, st->v);
     be_rmsnorm(be, st->q, &L->q_norm, n * nh, hd, hp->rms_eps, st->q);
-    be_rmsnorm(be, st->k, &L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, st->k);
     be_rope(be, st->q, n, nh, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-    be_rope(be, st->k, n, hp->n_head_kv, hd, hp->n_rot, st->pos, hp->rope_base, hp->rope);
-    be_kv_store(be, kc, vc, st->k, st->v, n, st->pos, st->kv_row_k, st->kv_row_v);
     const float scale = 1.0f / sqrtf((float)hd);
     if (sparse) {
         observe(m, st, il, n, pos0);
