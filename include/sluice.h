@@ -39,9 +39,15 @@ typedef enum sluice_io { SLUICE_IO_DIRECT = 0, SLUICE_IO_PAGE = 1 } sluice_io;
 /* Where a model's sessions compute: the CPU, or a CUDA GPU (sluice built with CUDA). */
 typedef enum sluice_backend { SLUICE_BACKEND_CPU = 0, SLUICE_BACKEND_CUDA = 1 } sluice_backend;
 /* GPU streaming: an expert not in the VRAM cache is copied in after routing (COPY: the layer
- * waits for the copy, the expert stays cached) or read by the kernels straight from pinned host
- * memory (ZEROCOPY: no wait for routing, hot experts are promoted between steps). */
-typedef enum sluice_gpu_miss { SLUICE_GPU_MISS_COPY = 0, SLUICE_GPU_MISS_ZEROCOPY = 1 } sluice_gpu_miss;
+ * waits for the copy, the expert stays cached), read by the kernels straight from pinned host
+ * memory (ZEROCOPY: no wait for routing, hot experts are promoted between steps), or, in decode,
+ * computed by the host's cores from host memory while the device computes the rest (HOST: up to
+ * gpu_host_experts a layer, the other misses copied; the same bits as the device's). */
+typedef enum sluice_gpu_miss {
+    SLUICE_GPU_MISS_COPY = 0,
+    SLUICE_GPU_MISS_ZEROCOPY = 1,
+    SLUICE_GPU_MISS_HOST = 2
+} sluice_gpu_miss;
 
 typedef struct sluice_model_params {
     bool verbose;          /* print load details to stderr */
@@ -62,6 +68,7 @@ typedef struct sluice_model_params {
     sluice_backend backend;
     uint64_t gpu_budget;   /* device memory the model may use; 0: the free memory */
     sluice_gpu_miss gpu_miss; /* how a streamed expert missing from VRAM is read */
+    int gpu_host_experts;  /* HOST: a decode layer's misses the host may compute; 0: 4 */
     bool no_graph;         /* never capture decode steps as CUDA graphs */
     bool gpu_profile;      /* time every device operation (slower); see sluice_gpu_profile */
     int gpus;              /* expert parallelism over NCCL (docs/multi-gpu.md): ranks; 0: off.
@@ -200,6 +207,8 @@ typedef struct sluice_expert_stats {
     uint64_t reads;          /* read requests issued */
     double io_wait_s;        /* time compute waited for reads */
     uint64_t prefetch_issued, prefetch_used;
+    uint64_t host_computed;  /* GPU streaming (--gpu-miss host): misses the host's cores computed
+                              * from host memory instead of copying them (also counted in misses) */
 } sluice_expert_stats;
 void sluice_model_expert_stats(const sluice_model *model, sluice_expert_stats *stats);
 

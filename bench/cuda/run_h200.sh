@@ -27,6 +27,9 @@
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode);
 #             STREAM_NO_SKEW=1: the uniform file only
+#   host      --gpu-miss host on the uniform 35B-A3B shape (synthesized in the background): resident
+#             and copy for reference, then HOST_CONFIGS (default "4 8 4:2 8:2": N or N:L for
+#             --gpu-host-experts N with SLUICE_GPU_LOOK_MAX=L lookahead copies a layer)
 #   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
 #             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
@@ -101,6 +104,7 @@ fi
 SYNTH_PID=
 BIGS=() # the full-size files the stream and pprof stages need, synthesized in one background job
 has stream && BIGS+=("$Q35")
+has host && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
 has ktrace && BIGS+=("$Q35" "$Q30")
@@ -333,6 +337,41 @@ if has stream; then
     bench_one "$n 8GiB copy pp2048" -m "$f" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
   done
   grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
+fi
+
+if has hostbench; then # device_experts_run alone on this host (.devcarry/hb, a scratch build)
+  for t in 1 8 16; do for j in 1 2 4; do .devcarry/hb $t $j; done; done >> "$OUT/summary.txt" 2>&1
+fi
+
+if has host; then
+  # --gpu-miss host on the uniform 35B-A3B file: resident for the hashes, copy for the baseline,
+  # then each HOST_CONFIGS entry ("N" or "N:L": --gpu-host-experts N, SLUICE_GPU_LOOK_MAX=L)
+  if wait_for "$Q35"; then
+    n=$(basename "$Q35" .gguf)
+    bench_one "$n resident" -m "$Q35" --gpu -p 512 -n 64 -r 1
+    bench_one "$n 8GiB copy" -m "$Q35" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+    for cfg in ${HOST_CONFIGS:-4 8 4:2 8:2}; do
+      he=${cfg%%:*}; lm=0; [[ $cfg == *:* ]] && lm=${cfg##*:}
+      j="$W/host-$he-$lm.json"
+      t0=$(date +%s)
+      SLUICE_CUDA_HOST_TIMING=1 SLUICE_GPU_LOOK_MAX=$lm timeout ${BENCH_TIMEOUT:-150} "$SL" bench -m "$Q35" --gpu \
+        --gpu-budget 8GiB --gpu-miss host --gpu-host-experts "$he" -p 512 -n 64 -r 1 --json > "$j" 2> "$W/host.err"
+      say "sluice host $he look $lm ($(($(date +%s) - t0))s, rc=$?)"
+      cat "$W/host.err" >> "$OUT/bench.log"
+      grep "host experts:" "$W/host.err" >> "$OUT/summary.txt"
+      python3 - "$j" >> "$OUT/summary.txt" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["runs"]:
+    e = r["experts"]["decode"]
+    print("  pp %.1f decode %.2f t/s, tpot p50 %.2f ms, logits %s, decode hits %d misses %d host %d, %.1f MB copied"
+          % (r["prefill_tps"], r["decode_tps"], r["tpot_ms"]["p50"], r["evidence"]["logits_sha256"][:12],
+             e["hits"], e["misses"], e["host_computed"], e["bytes_read"] / 1e6))
+PY
+    done
+  else
+    say "host: $(basename "$Q35") missing"
+  fi
 fi
 
 if has stream30; then

@@ -281,6 +281,14 @@ typedef struct backend_ops {
     int (*moe_experts_shared)(backend *b, int il, const float *x, int n, const int32_t *ids, const float *w,
                               int k, const tview *gate_s, const tview *up_s, const tview *down_s, float *out,
                               float *shared);
+    /* Optional (NULL: not offered): moe_experts for a decode-sized batch (n <= 8) whose input
+     * and routing the host holds too (x_host [n][E], ids_host [n][k]; a layer-by-layer streamed
+     * cache downloads them anyway). Slots whose experts the table points at in host memory are
+     * computed by the host's cores, in the device's order and so with its bits
+     * (backends/cpu/device_rows.h), while the device computes the others. The same result as
+     * moe_experts, whoever computes what. 0 or -1. */
+    int (*moe_experts_host)(backend *b, int il, const float *x, const float *x_host, int n, const int32_t *ids,
+                            const int32_t *ids_host, const float *w, int k, float *out);
     /* Host -> backend copy (expert cache fills). The copies of a batch (those up to the next
      * copy_end) start after the work queued before the batch's first copy, and may overlap
      * work queued after it. copy_end closes the batch; with mark it remembers every copy queued

@@ -22,7 +22,8 @@ int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
         {"--gpu", NULL, OPT_FLAG, &po->gpu, NULL, "compute on the GPU (same as --backend cuda)"},
         {"--backend", NULL, OPT_STR, &po->backend, "cpu|cuda", "where sessions compute (default cpu)"},
         {"--gpu-budget", NULL, OPT_SIZE, &po->gpu_budget, "SIZE", "GPU memory the model may use (default: the free memory); smaller values emulate smaller GPUs"},
-        {"--gpu-miss", NULL, OPT_STR, &po->gpu_miss, "copy|zerocopy", "GPU streaming: copy a missing expert into VRAM after routing (default) or read it from pinned host memory"},
+        {"--gpu-miss", NULL, OPT_STR, &po->gpu_miss, "copy|zerocopy|host", "GPU streaming: copy a missing expert into VRAM after routing (default), read it from pinned host memory, or (host) let the host's cores compute some of a decode layer's misses while the GPU computes the rest (same bits)"},
+        {"--gpu-host-experts", NULL, OPT_INT, &po->gpu_host_experts, "N", "with --gpu-miss host: a decode layer's misses the host computes, the rest are copied (default 4)"},
         {"--no-graph", NULL, OPT_FLAG, &po->no_graph, NULL, "GPU: do not capture decode steps as CUDA graphs"},
         {"--gpu-profile", NULL, OPT_FLAG, &po->gpu_profile, NULL, "GPU: time every device operation and print the table at exit (slow)"},
         {"--gpus", NULL, OPT_INT, &po->gpus, "N", "GPU: expert parallelism over N GPUs through NCCL (this build: 1, the same path over one rank; bit-identical logits)"},
@@ -80,8 +81,17 @@ bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_para
         fprintf(stderr, "sluice %s: --backend must be cpu or cuda\n", cmd);
         return false;
     }
-    if (po->gpu_miss && strcmp(po->gpu_miss, "copy") != 0 && strcmp(po->gpu_miss, "zerocopy") != 0) {
-        fprintf(stderr, "sluice %s: --gpu-miss must be copy or zerocopy\n", cmd);
+    if (po->gpu_miss && strcmp(po->gpu_miss, "copy") != 0 && strcmp(po->gpu_miss, "zerocopy") != 0 &&
+        strcmp(po->gpu_miss, "host") != 0) {
+        fprintf(stderr, "sluice %s: --gpu-miss must be copy, zerocopy or host\n", cmd);
+        return false;
+    }
+    if (po->gpu_host_experts && (!po->gpu_miss || strcmp(po->gpu_miss, "host") != 0)) {
+        fprintf(stderr, "sluice %s: --gpu-host-experts goes with --gpu-miss host\n", cmd);
+        return false;
+    }
+    if (po->gpu_host_experts < 0 || po->gpu_host_experts > 1024) {
+        fprintf(stderr, "sluice %s: --gpu-host-experts must be between 1 and 1024\n", cmd);
         return false;
     }
     const bool gpu = po->gpu || (po->backend && strcmp(po->backend, "cuda") == 0);
@@ -100,8 +110,11 @@ bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_para
     mp->gpus = po->gpus;
     mp->backend = gpu ? SLUICE_BACKEND_CUDA : SLUICE_BACKEND_CPU;
     mp->gpu_budget = po->gpu_budget;
-    mp->gpu_miss = po->gpu_miss && strcmp(po->gpu_miss, "zerocopy") == 0 ? SLUICE_GPU_MISS_ZEROCOPY
-                                                                          : SLUICE_GPU_MISS_COPY;
+    mp->gpu_miss = !po->gpu_miss                           ? SLUICE_GPU_MISS_COPY
+                   : strcmp(po->gpu_miss, "zerocopy") == 0 ? SLUICE_GPU_MISS_ZEROCOPY
+                   : strcmp(po->gpu_miss, "host") == 0     ? SLUICE_GPU_MISS_HOST
+                                                           : SLUICE_GPU_MISS_COPY;
+    mp->gpu_host_experts = po->gpu_host_experts;
     mp->no_graph = po->no_graph;
     mp->gpu_profile = po->gpu_profile;
     mp->override_kv = po->override_kv.v;

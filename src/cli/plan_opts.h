@@ -22,7 +22,8 @@ typedef struct cli_plan_opts {
     bool gpu, no_graph, gpu_profile;
     const char *backend;  /* "cpu" or "cuda" */
     uint64_t gpu_budget;
-    const char *gpu_miss; /* "copy" or "zerocopy" */
+    const char *gpu_miss; /* "copy", "zerocopy" or "host" */
+    int gpu_host_experts; /* --gpu-host-experts N (with --gpu-miss host) */
     int gpus;             /* --gpus N: expert parallelism over N GPUs (0: off) */
     /* --override-kv KEY=TYPE:VALUE (repeatable, as llama.cpp's); qwen4exp's n-gram table:
      * --ngram auto|resident|disk, --ngram-cache ROWS */

@@ -167,6 +167,15 @@ static int bind_ep(sluice_model *m, int n_rank, char *err, size_t err_len) {
     return rc;
 }
 
+/* --gpu-miss host: a decode layer's misses the host computes unless told otherwise */
+#define GPU_HOST_EXPERTS_DEFAULT 4
+
+/* SLUICE_GPU_LOOK_MAX=N: at most N router-lookahead copies a layer (measurement; default none) */
+static int look_max_env(void) {
+    const char *v = getenv("SLUICE_GPU_LOOK_MAX");
+    return v && atoi(v) > 0 ? atoi(v) : 0;
+}
+
 int model_gpu_bind(sluice_model *m, const char *label) {
     const sluice_model_params *p = &m->params;
     char err[512];
@@ -222,7 +231,11 @@ int model_gpu_bind(sluice_model *m, const char *label) {
                            .file = base,
                            .resident = resident,
                            .cache_bytes = m->plan.vram_cache,
-                           .zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY};
+                           .zerocopy = p->gpu_miss == SLUICE_GPU_MISS_ZEROCOPY,
+                           .host_max = p->gpu_miss != SLUICE_GPU_MISS_HOST ? 0
+                                       : p->gpu_host_experts > 0          ? p->gpu_host_experts
+                                                                          : GPU_HOST_EXPERTS_DEFAULT,
+                           .look_max = look_max_env()};
     m->experts = expert_store_gpu_new(&gp, err, sizeof err);
     if (!m->experts) {
         sluice_set_error("%s: %s", label, err);

@@ -35,6 +35,7 @@ struct moe_scratch {
     uint8_t *mark;    /* [n_expert] */
     int32_t *ids_h;   /* host copy of a layer's routed ids [n_batch][k] */
     float *w_h;       /* host copy of their weights (route callback) */
+    float *x_h;       /* host copy of the layer's input (moe_experts_host) [n_batch][n_embd] */
     int32_t *rows_h;  /* (token * k + slot) entries routed to one expert */
     int32_t *look_h;  /* host copy of the lookahead's top-k */
     float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
@@ -55,6 +56,7 @@ void moe_state_release(model_state *st) {
     free(x->mark);
     free(x->ids_h);
     free(x->w_h);
+    free(x->x_h);
     free(x->rows_h);
     free(x->look_h);
     state_release(st->be, x->look_x);
@@ -79,12 +81,13 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->mark = calloc(X, 1);
     x->ids_h = malloc(B * K * sizeof *x->ids_h);
     x->w_h = malloc(B * K * sizeof *x->w_h);
+    x->x_h = malloc(B * (size_t)hp->n_embd * sizeof *x->x_h);
     x->rows_h = malloc(B * K * sizeof *x->rows_h);
     x->look_h = malloc(B * K * sizeof *x->look_h);
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
     st->moe_extra = x;
-    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->rows_h || !x->look_h || !x->pred) {
+    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pred) {
         moe_state_release(st);
         return NULL;
     }
@@ -139,6 +142,10 @@ static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, s
 /* A batch of more tokens than this multiplies most of a layer's experts: a streaming device
  * cache then fills its slots layer by layer (copy path) even when decode reads misses in place. */
 #define MOE_PREP_MIN_TOKENS 8
+
+/* A decode batch of at most this many tokens may leave some misses to the host's cores
+ * (expert_store host_max, backend moe_experts_host). */
+#define MOE_HOST_MAX_TOKENS 8
 
 /* The expert table's slots must be prepared per layer from the routing (on the host). */
 static bool layer_prep(const sluice_model *m, int n) {
@@ -226,9 +233,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
      * streaming cache layer by layer; the CPU path always does. Without the host in the layer,
      * a route callback is served after the pass from the slices (moe_step_end). */
     const bool host = !table || prep;
+    /* a streamed decode layer whose misses the host may compute in part (--gpu-miss host) */
+    const bool host_split = prep && n <= MOE_HOST_MAX_TOKENS && m->experts->host_max > 0 &&
+                            m->experts->ops->prefetch_host && be->ops->moe_experts_host;
     int n_need = 0;
     if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
+        if (host_split) be_download(be, xs->x_h, x, (size_t)n * E * sizeof(float));
         if (st->route_fn) {
             be_download(be, xs->w_h, wts, (size_t)n * k * sizeof(float));
             for (int t = 0; t < n; t++)
@@ -260,7 +271,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         }
         memset(xs->mark, 0, (size_t)hp->n_expert);
         if (m->experts->streaming) {
-            expert_prefetch(m->experts, il, xs->need, n_need, true);
+            if (host_split) m->experts->ops->prefetch_host(m->experts, il, xs->need, n_need, m->experts->host_max);
+            else expert_prefetch(m->experts, il, xs->need, n_need, true);
             if (look_early) lookahead_issue(m, be, il, n, xs);
             else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs);
         }
@@ -324,8 +336,9 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             expert_views ev;
             if (expert_acquire(m->experts, il, xs->need[acquired], &ev) != 0) break;
         }
-        int rc = acquired == n_need ? be->ops->moe_experts(be, il, x, n, ids, wts, k, out)
-                                    : -1;
+        int rc = acquired < n_need ? -1
+                 : host_split     ? be->ops->moe_experts_host(be, il, x, xs->x_h, n, ids, xs->ids_h, wts, k, out)
+                                  : be->ops->moe_experts(be, il, x, n, ids, wts, k, out);
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;
     } else {

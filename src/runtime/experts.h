@@ -36,6 +36,10 @@ typedef struct expert_store_ops {
      * store that keeps a device expert table current without the host in the loop (zero-copy
      * misses) counts hits and promotes hot experts here. May be NULL. 0 or -1. */
     int (*observe)(expert_store *s, int layer, const int32_t *experts, int n);
+    /* May be NULL. A demand prefetch (as prefetch with demand) that leaves up to `max` of the
+     * missing experts in host memory for the host to compute (a device backend's
+     * moe_experts_host); their acquires then succeed without a copy. Returns how many it left. */
+    int (*prefetch_host)(expert_store *s, int layer, const int32_t *experts, int n, int max);
 } expert_store_ops;
 
 struct expert_store {
@@ -46,6 +50,7 @@ struct expert_store {
     bool device_table; /* keeps a device backend's expert table current (experts_gpu.c) */
     bool per_layer;    /* with device_table: each layer's experts must be acquired before the
                         * backend reads the table (the slots are filled then) */
+    int host_max;      /* with prefetch_host: a decode layer's misses the host may compute */
     sluice_expert_stats stats;
 };
 

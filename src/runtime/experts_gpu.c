@@ -9,6 +9,10 @@
  *   copy      the layer's routing comes back to the host, missing experts are copied into
  *             slots (asynchronously, ordered before the kernels), then the layer runs; the
  *             router lookahead starts the next layer's copies early (per_layer);
+ *   host      (copy, with host_max) up to host_max of a decode layer's misses stay in host
+ *             memory and the host's cores compute them (the backend's moe_experts_host, bit for
+ *             bit as the device would) while the device computes the rest: the bus then carries
+ *             only the lookahead's copies (at most look_max a layer) and the other misses;
  *   zerocopy  decode steps run without the host: kernels read missing experts straight from
  *             pinned memory; after each step the routing is read back (observe) and hot
  *             experts are promoted into slots, displacing colder ones (decayed hotness, the CPU
@@ -57,6 +61,8 @@ typedef struct gpu_store {
     uint8_t *mark;          /* [n_expert] */
     victim *cand;           /* [n_slots] pick_victims' work space */
     int32_t *missing;       /* [n_expert] gpu_prefetch's experts to load */
+    uint64_t *host_left;    /* [layer][expert]: the demand tick that left it to the host */
+    int look_max;           /* lookahead copies per layer (0: no limit) */
     bool wait_pending;      /* copies marked that kernels do not wait for yet */
 } gpu_store;
 
@@ -194,6 +200,20 @@ static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *
         return 0;
     }
     int i = s->where[key_of(s, layer, expert)];
+    if (i < 0 && s->host_left && s->host_left[key_of(s, layer, expert)] == s->demand_tick) {
+        /* left in host memory by prefetch_host: the host computes it, nothing to copy or pin */
+        base->stats.misses++;
+        base->stats.host_computed++;
+        kernels_wait(s);
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            tview v = expert_part_view(&L->part[p], host_part(s, layer, expert, p));
+            if (p == EXPERT_GATE) out->gate = v;
+            else if (p == EXPERT_UP) out->up = v;
+            else out->down = v;
+        }
+        cache_policy_touch(s->policy, key_of(s, layer, expert));
+        return 0;
+    }
     if (i >= 0 && !s->slots[i].demand_load) {
         base->stats.hits++;
     } else {
@@ -231,9 +251,9 @@ static void gpu_release(expert_store *base, int layer, int expert) {
     s->slots[i].protect_tick = 0;
 }
 
-static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, int n, bool demand) {
-    gpu_store *s = (gpu_store *)base;
-    if (s->resident) return;
+/* Load the missing ones of experts into slots, leaving up to `leave` of them (the last ones
+ * listed) in host memory for the host to compute (demand only). Returns how many were left. */
+static int prefetch_common(gpu_store *s, int layer, const int32_t *experts, int n, bool demand, int leave) {
     if (demand) s->demand_tick++;
     int m = 0;
     for (int k = 0; k < n; k++) {
@@ -247,6 +267,10 @@ static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, 
         s->missing[m++] = experts[k];
     }
     for (int k = 0; k < m; k++) s->mark[s->missing[k]] = 0;
+    const int left = demand && leave > 0 ? (leave < m ? leave : m) : 0;
+    for (int k = m - left; k < m; k++) s->host_left[key_of(s, layer, s->missing[k])] = s->demand_tick;
+    m -= left;
+    if (!demand && s->look_max > 0 && m > s->look_max) m = s->look_max; /* the bus's share */
     /* victims chosen before any is filled, so one just filled is never the next victim;
      * too few: acquire reports it if the layer cannot fit */
     const int nv = m > 0 ? pick_victims(s, m) : 0;
@@ -260,6 +284,19 @@ static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, 
     /* demand: the layer's kernels (after acquire) read these slots and any an earlier lookahead
      * filled; a lookahead's copies overlap the current layer's kernels */
     copies_end(s, demand);
+    return left;
+}
+
+static void gpu_prefetch(expert_store *base, int layer, const int32_t *experts, int n, bool demand) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->resident) return;
+    prefetch_common(s, layer, experts, n, demand, 0);
+}
+
+static int gpu_prefetch_host(expert_store *base, int layer, const int32_t *experts, int n, int max) {
+    gpu_store *s = (gpu_store *)base;
+    if (s->resident) return 0;
+    return prefetch_common(s, layer, experts, n, true, s->host_left ? max : 0);
 }
 
 /* After a decode step without the host (zerocopy): count hits and misses per unique expert and
@@ -312,6 +349,7 @@ static void gpu_free(expert_store *base) {
     free(s->where);
     free(s->mark);
     free(s->missing);
+    free(s->host_left);
     free(s->cand);
     free(s);
 }
@@ -323,6 +361,7 @@ static const expert_store_ops gpu_ops = {
     .prefetch = gpu_prefetch,
     .free = gpu_free,
     .observe = gpu_observe,
+    .prefetch_host = gpu_prefetch_host,
 };
 
 expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t err_len) {
@@ -376,6 +415,16 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
             return NULL;
         }
         for (size_t i = 0; i < (size_t)l->n_layer * l->n_expert; i++) s->where[i] = -1;
+        if (p->host_max > 0 && !p->zerocopy) {
+            s->host_left = calloc((size_t)l->n_layer * l->n_expert, sizeof *s->host_left);
+            if (!s->host_left) {
+                snprintf(err, err_len, "out of memory");
+                gpu_free(&s->base);
+                return NULL;
+            }
+            s->base.host_max = p->host_max;
+        }
+        s->look_max = p->look_max;
         for (int i = 0; i < s->n_slots; i++) s->slots[i].layer = s->slots[i].expert = -1;
         /* warm start: fill the slots expert-major across the layers (an equal share each) */
         int i = 0;

@@ -15,6 +15,9 @@ typedef struct gpu_store_params {
     uint64_t cache_bytes;        /* stream: VRAM slot pool */
     bool zerocopy;               /* stream: decode reads misses from pinned memory */
     int promote_max;             /* zerocopy: promotions per step (0: 16) */
+    int host_max;                /* copy path: a decode layer's misses the host may compute
+                                  * (moe_experts_host) instead of copying them; 0: none */
+    int look_max;                /* copy path: router-lookahead copies per layer; 0: no limit */
 } gpu_store_params;
 
 /* Bytes of one VRAM slot (the largest expert, parts 256-byte aligned). */

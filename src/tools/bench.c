@@ -103,6 +103,7 @@ static void stats_delta(bench_stats *d, const sluice_expert_stats *a, const slui
     d->io_wait_s = b->io_wait_s - a->io_wait_s;
     d->prefetch_issued = b->prefetch_issued - a->prefetch_issued;
     d->prefetch_used = b->prefetch_used - a->prefetch_used;
+    d->host_computed = b->host_computed - a->host_computed;
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -47,7 +47,7 @@ typedef struct bench_params {
 } bench_params;
 
 typedef struct bench_stats {
-    uint64_t acquires, hits, misses, evictions, bytes_read, reads, prefetch_issued, prefetch_used;
+    uint64_t acquires, hits, misses, evictions, bytes_read, reads, prefetch_issued, prefetch_used, host_computed;
     double io_wait_s;
 } bench_stats;
 

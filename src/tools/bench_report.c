@@ -117,11 +117,12 @@ void bench_print_csv(FILE *out, const sluice_model *m, const bench_params *bp,
 /* ---- JSON ---------------------------------------------------------------------------------- */
 
 static json_t *stats_json(const bench_stats *s) {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I}", "acquires", (json_int_t)s->acquires,
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I}", "acquires", (json_int_t)s->acquires,
                      "hits", (json_int_t)s->hits, "misses", (json_int_t)s->misses, "evictions",
                      (json_int_t)s->evictions, "bytes_read", (json_int_t)s->bytes_read, "reads",
                      (json_int_t)s->reads, "io_wait_s", s->io_wait_s, "prefetch_issued",
-                     (json_int_t)s->prefetch_issued, "prefetch_used", (json_int_t)s->prefetch_used);
+                     (json_int_t)s->prefetch_issued, "prefetch_used", (json_int_t)s->prefetch_used,
+                     "host_computed", (json_int_t)s->host_computed);
 }
 
 static json_t *build_json(void) {

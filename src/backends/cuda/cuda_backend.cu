@@ -603,6 +603,7 @@ static void op_experts_set(backend *b, int layer, int expert, const void *g, con
     t.e.p[2] = (const uint8_t *)cuda_dev(c, d);
     c->h_table[t.index] = t.e;
     c->pending.push_back(t);
+    cuda_host_entry_set(c, t.index, g, u, d);
 }
 
 struct table_batch {
@@ -791,6 +792,7 @@ static void op_free(backend *b) {
     for (auto &e : c->acts) dev_free(c, e.buf);
     for (int i = 0; i < SCR_COUNT; i++) dev_free(c, c->scratch[i]);
     for (void *p : c->weight_blocks) dev_free(c, p);
+    cuda_host_free(c);
     for (void *p : c->host_copies_pinned) cudaFreeHost(p);
     dev_free(c, c->d_table);
     dev_free(c, c->d_in);
@@ -851,6 +853,7 @@ static backend_ops make_ops() {
     o.moe_experts = cuda_op_moe_experts;
     o.moe_prefetch = cuda_op_moe_prefetch;
     o.moe_experts_shared = cuda_op_moe_experts_shared;
+    o.moe_experts_host = cuda_op_moe_experts_host;
     o.host_alloc = op_host_alloc;
     o.host_free = op_host_free;
     o.copy_async = op_copy_async;

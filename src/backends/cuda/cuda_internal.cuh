@@ -280,6 +280,18 @@ struct cuda_backend {
                                 * launch then cost more than it saved) */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
+    /* routed experts computed by the host (cuda_moe_host.cu, --gpu-miss host) */
+    std::vector<uint8_t> h_on_host;       /* [layer][expert]: the entry points at pinned host memory */
+    std::vector<expert_entry> h_host_ptr; /* ... at these host addresses (the page-locked copy) */
+    struct threadpool *host_pool;         /* created on first use */
+    void *host_work;                      /* device_experts_run's scratch */
+    size_t host_work_cap;
+    float *h_rows;                        /* pinned: the host's slot outputs [slots][E] */
+    int32_t *h_ids;                       /* pinned: the ids with -1 at the host's slots */
+    size_t h_rows_cap, h_ids_cap;
+    uint64_t host_slots;                  /* slots the host computed (stats) */
+    uint64_t host_calls;                  /* layers with host slots */
+    double host_ms;                       /* the host's compute time over them (wall) */
 };
 
 /* Scratch buffer ids. */
@@ -288,6 +300,8 @@ enum {
     SCR_MOE = 1,  /* MoE intermediates */
     SCR_GROUP = 2, /* MoE grouping lists */
     SCR_TMP = 3,
+    SCR_HOST_IDS = 4, /* moe_experts_host: the device's ids (cuda_moe_host.cu) */
+    /* 5..7: expert parallelism (cuda_ep.cu) */
     SCR_COUNT = 8
 };
 
@@ -492,6 +506,14 @@ int cuda_op_moe_experts_shared(backend *b, int il, const float *x, int n, const 
                                float *shared);
 void cuda_moe_combine(cuda_backend *c, const float *slots, const float *w, int n, int k, int width,
                       float *out);
+float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k, int n_family);
+
+/* ---- cuda_moe_host.cu ---- */
+int cuda_op_moe_experts_host(backend *b, int il, const float *x, const float *x_host, int n, const int32_t *ids,
+                             const int32_t *ids_host, const float *w, int k, float *out);
+/* Where the table entry [layer][expert] points: pinned host memory (host addresses) or not. */
+void cuda_host_entry_set(cuda_backend *c, int index, const void *g, const void *u, const void *d);
+void cuda_host_free(cuda_backend *c);
 
 /* ---- cuda_ops.cu ---- */
 void cuda_op_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim, float eps,

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/silu_fixed.h"
 
 extern "C" {
 #include "formats/quant.h"
@@ -189,9 +190,8 @@ __device__ __forceinline__ mv_part mv_pick(const mv_args &A) {
     return p;
 }
 
-__device__ __forceinline__ float silu_mul(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
+/* SwiGLU's gate with the fixed exponential (backends/silu_fixed.h): the host reproduces it */
+__device__ __forceinline__ float silu_mul(float g, float u) { return silu_fixed_mul(g, u); }
 
 __device__ __forceinline__ int dot8(const uint32_t q[8], uint4 a0, uint4 a1, int sc0, int sc1) {
     int p0 = __dp4a((int)q[0], (int)a0.x, 0);
@@ -366,6 +366,8 @@ __global__ void __launch_bounds__(128) k_mv_q(mv_args A) {
                               DUAL ? A.s2.w + (size_t)row * A.s2.row_bytes : nullptr,
                               (uint32_t)(A.K / B) * BYTES, lane);
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    /* a routed slot whose expert the host computes (cuda_moe_host.cu marks it with id -1) */
+    if (P.s.table && !(P.s.extra && (int)blockIdx.y >= P.s.n_tab) && P.s.ids[blockIdx.y] < 0) return;
     if (W == 16 && A.xin) {
         /* the block's one activation row (group blockIdx.y), encoded here by q8k_block, the
          * very function of k_quant_q8k: a warp per 256 values (K <= 512: warps 0 and 1) */

@@ -10,14 +10,14 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/silu_fixed.h"
 
 KTRACE_TU(ops) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
 
 __device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-/* silu(g) * u, rounded as the CPU rounds it (swiglu, and the fused gated norm) */
-__device__ __forceinline__ float silu_mul_f(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
+/* silu(g) * u, rounded as the CPU rounds it (swiglu, and the fused gated norm), with the fixed
+ * exponential that the host reproduces (backends/silu_fixed.h) */
+__device__ __forceinline__ float silu_mul_f(float g, float u) { return silu_fixed_mul(g, u); }
 
 /* ---- rmsnorm / l2norm -------------------------------------------------------------------------- */
 
