@@ -20,24 +20,50 @@ bool device_rows_supported(uint32_t type) {
     }
 }
 
-float device_row_dot(uint32_t type, int64_t K, const uint8_t *w, const uint8_t *a) {
+/* What a row of one type needs, looked up once per matrix. */
+typedef struct row_kind {
+    uint32_t type;
+    kernel_terms_fn terms; /* NULL: kernel_block_terms (one dot per block) */
+    size_t wbb, abb;       /* bytes of a weight block, of an activation block */
+    int B, groups;         /* values a block; blocks per warp iteration (lane groups of B / 32) */
+} row_kind;
+
+static row_kind kind_of(uint32_t type) {
     const quant_traits *wt = quant_traits_of(type), *at = quant_traits_of(wt->act_type);
-    const kernel_dot_fn dot = kernel_dot(type);
-    const int B = (int)wt->block_elems;
-    const int lpb = B / 32, groups = 32 / lpb; /* lanes per block, blocks per warp iteration */
-    const int64_t nblk = K / B;
-    float lane[32] = {0};
-    for (int64_t b = 0; b < nblk; b++) {
-        /* the block's term: one block through the CPU kernel gives 0 + term, as the GPU's first
-         * add does (and a lane never holds -0, so the sign of a zero term never matters) */
-        const float t = dot(B, w + (size_t)b * wt->block_bytes, a + (size_t)b * at->block_bytes);
-        const int l = (int)(b % groups) * lpb;
-        lane[l] = lane[l] + t;
+    row_kind k = {type, kernel_terms_of(type), wt->block_bytes, at->block_bytes, (int)wt->block_elems,
+                  32 / ((int)wt->block_elems / 32)};
+    return k;
+}
+
+static float row_dot(const row_kind *k, int64_t K, const uint8_t *w, const uint8_t *a) {
+    const int64_t nblk = K / k->B;
+    /* v[g]: the sum of lane group g's first lane (its other lanes only ever hold +0) */
+    float v[32], t[64];
+    for (int g = 0; g < k->groups; g++) v[g] = 0.0f;
+    int g = 0;
+    for (int64_t b0 = 0; b0 < nblk; b0 += 64) {
+        const int64_t nb = nblk - b0 < 64 ? nblk - b0 : 64;
+        /* the blocks' terms (the CPU kernels' per-block float step, as the GPU's block_term) */
+        const uint8_t *wb = w + (size_t)b0 * k->wbb, *ab = a + (size_t)b0 * k->abb;
+        if (k->terms) k->terms(nb * k->B, wb, ab, t);
+        else kernel_block_terms(k->type, nb * k->B, wb, ab, t);
+        for (int64_t b = 0; b < nb; b++) {
+            v[g] = v[g] + t[b];
+            g = g + 1 == k->groups ? 0 : g + 1;
+        }
     }
-    /* the butterfly as lane 0 sees it: lane l + lane l ^ off for l < off (the sum commutes) */
-    for (int off = 16; off >= 1; off >>= 1)
-        for (int l = 0; l < off; l++) lane[l] = lane[l] + lane[l + off];
-    return lane[0];
+    /* The butterfly (lane l += lane l ^ off, off = 16 .. 1) as lane 0 sees it, on the groups'
+     * first lanes: steps with off below B / 32 add +0 there, which changes nothing because a
+     * lane never holds -0 (it starts at +0, and a rounded-to-nearest sum is -0 only when both
+     * addends are); the sum commutes, so lane l + lane l + off is lane l + off + lane l. */
+    for (int off = k->groups / 2; off >= 1; off >>= 1)
+        for (int j = 0; j < off; j++) v[j] = v[j] + v[j + off];
+    return v[0];
+}
+
+float device_row_dot(uint32_t type, int64_t K, const uint8_t *w, const uint8_t *a) {
+    const row_kind k = kind_of(type);
+    return row_dot(&k, K, w, a);
 }
 
 bool device_experts_supported(const device_expert_shape *sh) {
@@ -79,6 +105,7 @@ typedef struct run_job {
     float *h;              /* [n][F] */
     work_layout w;
     size_t rb_g, rb_u, rb_d;
+    row_kind kg, ku, kd;
 } run_job;
 
 /* Shares of the n * F gate/up rows: h[j][r] = silu(gate_r . x_j) * (up_r . x_j). */
@@ -90,10 +117,8 @@ static void gate_up_task(void *ctx, int ith, int nth) {
     for (int64_t i = lo; i < hi; i++) {
         const int64_t j = i / F, row = i % F;
         const device_expert_job *jb = &r->jobs[j];
-        const float g = device_row_dot(r->sh->type_gate, r->sh->E, jb->gate + (size_t)row * r->rb_g,
-                                       r->xg + (size_t)j * r->w.xg);
-        const float u = device_row_dot(r->sh->type_up, r->sh->E, jb->up + (size_t)row * r->rb_u,
-                                       r->xu + (size_t)j * r->w.xu);
+        const float g = row_dot(&r->kg, r->sh->E, jb->gate + (size_t)row * r->rb_g, r->xg + (size_t)j * r->w.xg);
+        const float u = row_dot(&r->ku, r->sh->E, jb->up + (size_t)row * r->rb_u, r->xu + (size_t)j * r->w.xu);
         float *h = (float *)((uint8_t *)r->h + (size_t)j * r->w.h);
         h[row] = silu_fixed_mul(g, u);
     }
@@ -108,8 +133,7 @@ static void down_task(void *ctx, int ith, int nth) {
     for (int64_t i = lo; i < hi; i++) {
         const int64_t j = i / E, row = i % E;
         const device_expert_job *jb = &r->jobs[j];
-        jb->y[row] = device_row_dot(r->sh->type_down, r->sh->F, jb->down + (size_t)row * r->rb_d,
-                                    r->hd + (size_t)j * r->w.hd);
+        jb->y[row] = row_dot(&r->kd, r->sh->F, jb->down + (size_t)row * r->rb_d, r->hd + (size_t)j * r->w.hd);
     }
 }
 
@@ -126,6 +150,9 @@ int device_experts_run(threadpool *pool, const device_expert_shape *sh, const de
     r.rb_g = quant_row_bytes(sh->type_gate, sh->E);
     r.rb_u = quant_row_bytes(sh->type_up, sh->E);
     r.rb_d = quant_row_bytes(sh->type_down, sh->F);
+    r.kg = kind_of(sh->type_gate);
+    r.ku = kind_of(sh->type_up);
+    r.kd = kind_of(sh->type_down);
     const quant_quantize_fn qg = kernel_quantize(quant_traits_of(sh->type_gate)->act_type);
     const quant_quantize_fn qu = kernel_quantize(quant_traits_of(sh->type_up)->act_type);
     const quant_quantize_fn qd = kernel_quantize(quant_traits_of(sh->type_down)->act_type);

@@ -125,6 +125,25 @@ kernel_dot_fn kernel_dot(uint32_t type) {
     return qt ? qt->dot : NULL;
 }
 
+kernel_terms_fn kernel_terms_of(uint32_t type) {
+    ensure_init();
+    return type < GGML_TYPE_COUNT ? sets[cur_isa].terms[type] : NULL;
+}
+
+void kernel_block_terms(uint32_t type, int64_t n, const void *w, const void *a, float *terms) {
+    const kernel_terms_fn f = kernel_terms_of(type);
+    if (f) {
+        f(n, w, a, terms);
+        return;
+    }
+    /* one block at a time through the dot kernel: 0 + term */
+    const quant_traits *wt = quant_traits_of(type), *at = quant_traits_of(wt->act_type);
+    const kernel_dot_fn dot = kernel_dot(type);
+    const int64_t B = wt->block_elems;
+    for (int64_t b = 0; b < n / B; b++)
+        terms[b] = dot(B, (const uint8_t *)w + (size_t)b * wt->block_bytes, (const uint8_t *)a + (size_t)b * at->block_bytes);
+}
+
 quant_quantize_fn kernel_quantize(uint32_t act_type) {
     ensure_init();
     return act_type < GGML_TYPE_COUNT ? sets[cur_isa].quantize[act_type] : NULL;

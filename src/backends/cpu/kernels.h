@@ -21,6 +21,8 @@
 #include "formats/quant.h"
 
 typedef quant_dot_fn kernel_dot_fn;
+/* Per-block terms of a dot product (kernel_block_terms). */
+typedef void (*kernel_terms_fn)(int64_t n, const void *w, const void *a, float *terms);
 
 typedef enum kernel_isa {
     KERNEL_ISA_SCALAR = 0,
@@ -114,6 +116,7 @@ typedef struct kernel_set {
     kernel_decay_dot4_fn decay_dot4;   /* NULL: none */
     kernel_update_dot4_fn update_dot4; /* NULL: none */
     kernel_dot_fn dot[GGML_TYPE_COUNT];
+    kernel_terms_fn terms[GGML_TYPE_COUNT]; /* NULL: kernel_block_terms loops over dot */
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */
     const kernel_tile *tile[GGML_TYPE_COUNT];
 } kernel_set;
@@ -135,6 +138,12 @@ kernel_isa kernel_isa_force(kernel_isa isa);
 
 /* Dot product for weights of this type against activations in its act_type (NULL: no codec). */
 kernel_dot_fn kernel_dot(uint32_t type);
+/* Each block's float term of that dot product (the reference's per-block step of the block's
+ * exact integer sums): terms[b] = dot over block b alone, up to the sign of a zero. A device's
+ * own reduction order is then a matter of adding them (backends/cpu/device_rows.c). */
+void kernel_block_terms(uint32_t type, int64_t n, const void *w, const void *a, float *terms);
+/* The level's own terms kernel for a type, or NULL (then kernel_block_terms loops over dot). */
+kernel_terms_fn kernel_terms_of(uint32_t type);
 /* Encoder of an activation type (the reference when no faster one exists). */
 quant_quantize_fn kernel_quantize(uint32_t act_type);
 /* Tile kernels for a weight type, or NULL where the level has none (then loop over dots). */

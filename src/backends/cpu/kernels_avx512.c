@@ -50,44 +50,64 @@ static inline __m512i k4_chunk(const uint8_t *qs) {
     return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
 }
 
-/* Q4_K / Q5_K: sumf += (d*da) * isum - (dmin*da) * summs (quant_kquants.c) */
-static inline float k45_dot512(int64_t n, const uint8_t *x, const uint8_t *y, int bytes, int qs_off,
-                               int has_high) {
-    float sumf = 0.0f;
-    /* word g of the result = min g/2 (words 8.. of the scale vector) */
-    const __m256i mdup = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m512i sel[4];
+/* The selectors k45_term needs (built once per call: word g of a scale vector picks sub-block
+ * scale 2c / 2c + 1 for the two 256-bit halves of chunk c). */
+static inline void k45_sel(__m512i sel[4]) {
     for (int c = 0; c < 4; c++)
         sel[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * c))),
                                     _mm256_set1_epi16((short)(2 * c + 1)), 1);
+}
+
+/* One Q4_K / Q5_K super-block's float term, (d*da) * isum - (dmin*da) * summs (quant_kquants.c). */
+static inline float k45_term(const uint8_t *x, const uint8_t *y, const __m512i sel[4], int qs_off, int has_high) {
+    /* word g of the result = min g/2 (words 8.. of the scale vector) */
+    const __m256i mdup = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m512i one = _mm512_set1_epi8(1);
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += bytes, y += 292) {
-        __m256i sm = k4_scales16(x + 4);
-        __m256i pm = _mm256_madd_epi16(bsums16(y), _mm256_permutexvar_epi16(mdup, sm));
-        __m512i sc = _mm512_castsi256_si512(sm);
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        __m512i acc = _mm512_setzero_si512();
-        __m512i hb = has_high ? _mm512_inserti64x4(_mm512_castsi256_si512(ldu(x + 16)), ldu(x + 16), 1)
-                              : _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            __m512i u = k4_chunk(x + qs_off + 32 * c);
-            if (has_high) {
-                /* low half: bit 2c of qh, high half: bit 2c+1, moved to 0x10 */
-                __m512i sh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * c))),
-                                                _mm256_set1_epi16((short)(2 * c + 1)), 1);
-                __m512i b = _mm512_and_si512(_mm512_srlv_epi16(hb, sh), one);
-                u = _mm512_or_si512(u, _mm512_slli_epi16(b, 4));
-            }
-            __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(q8 + 64 * c));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(sel[c], sc)));
+    __m256i sm = k4_scales16(x + 4);
+    __m256i pm = _mm256_madd_epi16(bsums16(y), _mm256_permutexvar_epi16(mdup, sm));
+    __m512i sc = _mm512_castsi256_si512(sm);
+    const int8_t *q8 = (const int8_t *)(y + 4);
+    __m512i acc = _mm512_setzero_si512();
+    __m512i hb = has_high ? _mm512_inserti64x4(_mm512_castsi256_si512(ldu(x + 16)), ldu(x + 16), 1)
+                          : _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++) {
+        __m512i u = k4_chunk(x + qs_off + 32 * c);
+        if (has_high) {
+            /* low half: bit 2c of qh, high half: bit 2c+1, moved to 0x10 */
+            __m512i sh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * c))),
+                                            _mm256_set1_epi16((short)(2 * c + 1)), 1);
+            __m512i b = _mm512_and_si512(_mm512_srlv_epi16(hb, sh), one);
+            u = _mm512_or_si512(u, _mm512_slli_epi16(b, 4));
         }
-        int32_t isum, summs;
-        hsum2(acc, pm, &isum, &summs);
-        float da = ld_f32(y);
-        sumf += (ld_f16(x) * da) * (float)isum - (ld_f16(x + 2) * da) * (float)summs;
+        __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(q8 + 64 * c));
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(sel[c], sc)));
     }
+    int32_t isum, summs;
+    hsum2(acc, pm, &isum, &summs);
+    float da = ld_f32(y);
+    return (ld_f16(x) * da) * (float)isum - (ld_f16(x + 2) * da) * (float)summs;
+}
+
+/* Q4_K / Q5_K: sumf += term per super-block */
+static inline float k45_dot512(int64_t n, const uint8_t *x, const uint8_t *y, int bytes, int qs_off,
+                               int has_high) {
+    float sumf = 0.0f;
+    __m512i sel[4];
+    k45_sel(sel);
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += bytes, y += 292) sumf += k45_term(x, y, sel, qs_off, has_high);
     return sumf;
 }
+
+/* Every super-block's term (kernel_block_terms). */
+static inline void k45_terms512(int64_t n, const uint8_t *x, const uint8_t *y, int bytes, int qs_off, int has_high,
+                                float *t) {
+    __m512i sel[4];
+    k45_sel(sel);
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += bytes, y += 292) t[blk] = k45_term(x, y, sel, qs_off, has_high);
+}
+
+static void terms_q4_k_512(int64_t n, const void *w, const void *a, float *t) { k45_terms512(n, w, a, 144, 16, 0, t); }
+static void terms_q5_k_512(int64_t n, const void *w, const void *a, float *t) { k45_terms512(n, w, a, 176, 48, 1, t); }
 
 static float dot_q4_k_512(int64_t n, const void *w, const void *a) { return k45_dot512(n, w, a, 144, 16, 0); }
 static float dot_q5_k_512(int64_t n, const void *w, const void *a) { return k45_dot512(n, w, a, 176, 48, 1); }
@@ -184,39 +204,50 @@ static float dot_q3_k_512(int64_t n, const void *w, const void *a) {
     return sumf;
 }
 
-/* Q6_K: sumf += (d*da) * isum, isum = sum sc*u*a - 32 sum sc*bsum, u = q + 32 */
+/* One Q6_K super-block's float term, (d*da) * isum with isum = sum sc*u*a - 32 sum sc*bsum,
+ * u = q + 32 (quant_kquants.c). sel: sel16(0..3). */
+static inline float q6k_term(const uint8_t *x, const uint8_t *y, const __m512i sel[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl = counts2(4, 2), shr = counts2(0, 2);
+    __m256i sc16 = _mm256_cvtepi8_epi16(ldu128(x + 192));
+    __m256i bias = _mm256_madd_epi16(bsums16(y), sc16);
+    __m512i sc = _mm512_castsi256_si512(sc16);
+    const int8_t *q8 = (const int8_t *)(y + 4);
+    __m512i acc = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512i ql = _mm512_loadu_si512(x + 64 * h);
+        __m512i qh = bcast256(ldu(x + 128 + 32 * h));
+        /* quarters 0,1: low nibbles of ql[0..31], ql[32..63] with qh bits 0-1 / 2-3;
+         * quarters 2,3: high nibbles with qh bits 4-5 / 6-7 */
+        __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
+        __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                      _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+        __m512i p0 = _mm512_maddubs_epi16(u01, _mm512_loadu_si512(q8 + 128 * h));
+        __m512i p1 = _mm512_maddubs_epi16(u23, _mm512_loadu_si512(q8 + 128 * h + 64));
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p0, _mm512_permutexvar_epi16(sel[2 * h], sc)));
+        acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p1, _mm512_permutexvar_epi16(sel[2 * h + 1], sc)));
+    }
+    int32_t isum, corr;
+    hsum2(acc, bias, &isum, &corr);
+    isum -= 32 * corr;
+    return (ld_f16(x + 208) * ld_f32(y)) * (float)isum;
+}
+
+/* Q6_K: sumf += term per super-block */
 static float dot_q6_k_512(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512i sel[4];
     for (int m = 0; m < 4; m++) sel[m] = sel16(m);
-    const __m512i shl = counts2(4, 2), shr = counts2(0, 2);
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) {
-        __m256i sc16 = _mm256_cvtepi8_epi16(ldu128(x + 192));
-        __m256i bias = _mm256_madd_epi16(bsums16(y), sc16);
-        __m512i sc = _mm512_castsi256_si512(sc16);
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        __m512i acc = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            __m512i ql = _mm512_loadu_si512(x + 64 * h);
-            __m512i qh = bcast256(ldu(x + 128 + 32 * h));
-            /* quarters 0,1: low nibbles of ql[0..31], ql[32..63] with qh bits 0-1 / 2-3;
-             * quarters 2,3: high nibbles with qh bits 4-5 / 6-7 */
-            __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
-            __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                          _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
-            __m512i p0 = _mm512_maddubs_epi16(u01, _mm512_loadu_si512(q8 + 128 * h));
-            __m512i p1 = _mm512_maddubs_epi16(u23, _mm512_loadu_si512(q8 + 128 * h + 64));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p0, _mm512_permutexvar_epi16(sel[2 * h], sc)));
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p1, _mm512_permutexvar_epi16(sel[2 * h + 1], sc)));
-        }
-        int32_t isum, corr;
-        hsum2(acc, bias, &isum, &corr);
-        isum -= 32 * corr;
-        sumf += (ld_f16(x + 208) * ld_f32(y)) * (float)isum;
-    }
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) sumf += q6k_term(x, y, sel);
     return sumf;
+}
+
+static void terms_q6_k_512(int64_t n, const void *w, const void *a, float *t) {
+    const uint8_t *x = w, *y = a;
+    __m512i sel[4];
+    for (int m = 0; m < 4; m++) sel[m] = sel16(m);
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) t[blk] = q6k_term(x, y, sel);
 }
 
 /* ---- IQ2_XS / IQ3_XXS with the signs in mask registers ------------------------------------
@@ -1405,6 +1436,9 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->dot[GGML_TYPE_Q6_K] = dot_q6_k_512;
     ks->dot[GGML_TYPE_Q4_K] = dot_q4_k_512;
     ks->dot[GGML_TYPE_Q5_K] = dot_q5_k_512;
+    ks->terms[GGML_TYPE_Q4_K] = terms_q4_k_512;
+    ks->terms[GGML_TYPE_Q5_K] = terms_q5_k_512;
+    ks->terms[GGML_TYPE_Q6_K] = terms_q6_k_512;
     ks->dot[GGML_TYPE_IQ2_XS] = dot_iq2_xs_512;
     ks->dot[GGML_TYPE_IQ3_XXS] = dot_iq3_xxs_512;
     ks->dot[GGML_TYPE_IQ4_XS] = dot_iq4_xs_512;
