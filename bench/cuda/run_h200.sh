@@ -349,16 +349,20 @@ if has host; then
   if wait_for "$Q35"; then
     n=$(basename "$Q35" .gguf)
     bench_one "$n resident" -m "$Q35" --gpu -p 512 -n 64 -r 1
-    bench_one "$n 8GiB copy" -m "$Q35" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+    for cb in 1 0 1; do # the copies of a batch in one driver call, or one call each (A/B/A)
+      SLUICE_CUDA_COPY_BATCH=$cb SLUICE_MOE_TIMING=1 bench_one "$n 8GiB copy (batch $cb)" -m "$Q35" --gpu \
+        --gpu-budget 8GiB -p 512 -n 64 -r 1
+      grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt"
+    done
     for cfg in ${HOST_CONFIGS:-4 8 4:2 8:2}; do
       he=${cfg%%:*}; lm=0; [[ $cfg == *:* ]] && lm=${cfg##*:}
       j="$W/host-$he-$lm.json"
       t0=$(date +%s)
-      SLUICE_CUDA_HOST_TIMING=1 SLUICE_GPU_LOOK_MAX=$lm timeout ${BENCH_TIMEOUT:-150} "$SL" bench -m "$Q35" --gpu \
+      SLUICE_MOE_TIMING=1 SLUICE_CUDA_HOST_TIMING=1 SLUICE_GPU_LOOK_MAX=$lm timeout ${BENCH_TIMEOUT:-150} "$SL" bench -m "$Q35" --gpu \
         --gpu-budget 8GiB --gpu-miss host --gpu-host-experts "$he" -p 512 -n 64 -r 1 --json > "$j" 2> "$W/host.err"
       say "sluice host $he look $lm ($(($(date +%s) - t0))s, rc=$?)"
       cat "$W/host.err" >> "$OUT/bench.log"
-      grep "host experts:" "$W/host.err" >> "$OUT/summary.txt"
+      grep -E "host experts:|moe timing" "$W/host.err" >> "$OUT/summary.txt"
       python3 - "$j" >> "$OUT/summary.txt" 2>&1 <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

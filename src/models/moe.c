@@ -17,8 +17,10 @@
  *     a layer-by-layer streaming cache must fill slots first (store->per_layer) or a route
  *     callback wants it; otherwise the layer runs without the host (a captured CUDA graph). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/error.h"
 #include "models/state.h"
@@ -47,11 +49,28 @@ struct moe_scratch {
     int32_t *step_ids; /* moe_step_collect: all layers' ids of a pass, then (route callback)
                         * their weights' bits (backend memory) */
     int32_t *step_h;   /* the same on the host (moe_step_end reads it) */
+    /* SLUICE_MOE_TIMING: where a layer-by-layer streamed layer's host time goes (decode) */
+    bool timing;
+    uint64_t t_layers;
+    double t_wait, t_issue, t_look, t_total; /* seconds: routing read-back, copies issued (of which
+                                              * the lookahead's), whole layer */
 };
+
+static double moe_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 void moe_state_release(model_state *st) {
     struct moe_scratch *x = st->moe_extra;
     if (!x) return;
+    if (x->timing && x->t_layers)
+        fprintf(stderr, "sluice: moe timing: %llu streamed decode layers: %.1f us a layer on the host, of which "
+                        "%.1f waiting for the routing, %.1f issuing copies (%.1f the lookahead's)\n",
+                (unsigned long long)x->t_layers, x->t_total * 1e6 / (double)x->t_layers,
+                x->t_wait * 1e6 / (double)x->t_layers, x->t_issue * 1e6 / (double)x->t_layers,
+                x->t_look * 1e6 / (double)x->t_layers);
     free(x->need);
     free(x->mark);
     free(x->ids_h);
@@ -86,6 +105,7 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->look_h = malloc(B * K * sizeof *x->look_h);
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
+    x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
     st->moe_extra = x;
     if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pred) {
         moe_state_release(st);
@@ -237,8 +257,12 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const bool host_split = prep && n <= MOE_HOST_MAX_TOKENS && m->experts->host_max > 0 &&
                             m->experts->ops->prefetch_host && be->ops->moe_experts_host;
     int n_need = 0;
+    const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
+    const double t0 = timed ? moe_now() : 0;
+    double t1 = t0, t2 = t0, tl = t0;
     if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
+        if (timed) t1 = moe_now();
         if (host_split) be_download(be, xs->x_h, x, (size_t)n * E * sizeof(float));
         if (st->route_fn) {
             be_download(be, xs->w_h, wts, (size_t)n * k * sizeof(float));
@@ -273,8 +297,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (m->experts->streaming) {
             if (host_split) m->experts->ops->prefetch_host(m->experts, il, xs->need, n_need, m->experts->host_max);
             else expert_prefetch(m->experts, il, xs->need, n_need, true);
+            if (timed) tl = moe_now();
             if (look_early) lookahead_issue(m, be, il, n, xs);
             else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs);
+        }
+        if (timed) {
+            t2 = moe_now();
+            xs->t_look += t2 - tl;
         }
     }
 
@@ -365,6 +394,12 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
     }
 
+    if (timed) {
+        xs->t_layers++;
+        xs->t_wait += t1 - t0;
+        xs->t_issue += t2 - t1;
+        xs->t_total += moe_now() - t0;
+    }
     /* llama.cpp's order: routed sum + (shared output * gate), then the residual */
     if (residual && next_norm)
         be_moe_tail_rmsnorm(be, residual, out, shared ? st->shexp_out : NULL, shared ? st->shexp_gate : NULL, n,

@@ -482,12 +482,50 @@ static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) 
         CU(cudaStreamWaitEvent(c->copy_stream, c->copy_guard, 0));
         c->copy_batch_open = true;
     }
-    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy_stream));
+    if (!c->copy_batch) {
+        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy_stream));
+    } else {
+        c->cp_dst.push_back(dst);
+        c->cp_src.push_back(src);
+        c->cp_size.push_back(bytes);
+    }
     c->copies_unwaited = true;
+}
+
+/* Issue the batch's queued copies on the copy stream: a streamed decode layer copies a few
+ * experts of three parts each, twice (demand, lookahead), and a driver call per part cost more
+ * host time than the layer's kernels take (2026-12-01-cuda-host-experts.md). */
+static void copy_flush(cuda_backend *c) {
+    size_t n = c->cp_dst.size();
+    if (n == 0) return;
+#if CUDART_VERSION >= 12080
+    if (n > 1) {
+        cudaMemcpyAttributes at;
+        memset(&at, 0, sizeof at);
+        at.srcAccessOrder = cudaMemcpySrcAccessOrderStream; /* after the batch's guard event */
+        at.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t idx = 0;
+#if CUDART_VERSION >= 13000
+        CU(cudaMemcpyBatchAsync(c->cp_dst.data(), c->cp_src.data(), c->cp_size.data(), n, &at, &idx, 1,
+                                c->copy_stream));
+#else
+        size_t fail = 0;
+        CU(cudaMemcpyBatchAsync(c->cp_dst.data(), const_cast<void **>(c->cp_src.data()), c->cp_size.data(), n, &at,
+                                &idx, 1, &fail, c->copy_stream));
+#endif
+        n = 0;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        CU(cudaMemcpyAsync(c->cp_dst[i], c->cp_src[i], c->cp_size[i], cudaMemcpyDefault, c->copy_stream));
+    c->cp_dst.clear();
+    c->cp_src.clear();
+    c->cp_size.clear();
 }
 
 /* Later compute waits for every copy queued so far (a no-op when there is none). */
 static void copy_join(cuda_backend *c) {
+    copy_flush(c);
     if (!c->copies_unwaited || c->capturing) return;
     CU(cudaEventRecord(c->copy_done, c->copy_stream));
     CU(cudaStreamWaitEvent(c->stream, c->copy_done, 0));
@@ -496,6 +534,7 @@ static void copy_join(cuda_backend *c) {
 
 static void op_copy_end(backend *b, bool mark) {
     cuda_backend *c = CB(b);
+    copy_flush(c);
     c->copy_batch_open = false;
     if (!mark || c->capturing) return;
     CU(cudaEventRecord(c->copy_mark, c->copy_stream));
@@ -780,6 +819,7 @@ static int op_capture_end(backend *b, bool ok) {
 
 static void op_free(backend *b) {
     cuda_backend *c = CB(b);
+    copy_flush(c);
     cudaStreamSynchronize(c->copy_stream);
     cudaStreamSynchronize(c->stream);
     if (c->graph_timing && c->timed_replays)
@@ -928,6 +968,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;
     c->mv_pair = !getenv("SLUICE_CUDA_MV_PAIR") || atoi(getenv("SLUICE_CUDA_MV_PAIR")) != 0;
+    c->copy_batch = !getenv("SLUICE_CUDA_COPY_BATCH") || atoi(getenv("SLUICE_CUDA_COPY_BATCH")) != 0;
     c->mv_encode = !getenv("SLUICE_CUDA_MV_ENCODE") || atoi(getenv("SLUICE_CUDA_MV_ENCODE")) != 0;
     c->no_tail_norm = getenv("SLUICE_CUDA_NO_TAIL_NORM") != nullptr;
     c->attn_encode = !getenv("SLUICE_CUDA_ATTN_ENCODE") || atoi(getenv("SLUICE_CUDA_ATTN_ENCODE")) != 0;

@@ -209,6 +209,12 @@ struct cuda_backend {
     bool copy_marked;          /* copy_mark recorded and not yet waited for */
     bool copy_batch_open;      /* copy_guard recorded for the current batch */
     bool copies_unwaited;      /* copies queued that compute has not been made to wait for */
+    /* the copies of the open batch, issued together at its end (copy_flush): one
+     * cudaMemcpyBatchAsync instead of a call each; SLUICE_CUDA_COPY_BATCH=0 issues them one by one */
+    std::vector<void *> cp_dst;
+    std::vector<const void *> cp_src;
+    std::vector<size_t> cp_size;
+    bool copy_batch;
     cudaDeviceProp prop;
     uint64_t budget;           /* bytes the backend may allocate (0: unlimited) */
     uint64_t allocated;        /* device bytes held (weights, state, scratch, cache) */
