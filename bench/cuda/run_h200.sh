@@ -349,7 +349,7 @@ if has host; then
   if wait_for "$Q35"; then
     n=$(basename "$Q35" .gguf)
     bench_one "$n resident" -m "$Q35" --gpu -p 512 -n 64 -r 1
-    for cb in 1 0 1; do # the copies of a batch in one driver call, or one call each (A/B/A)
+    for cb in ${COPY_BATCH_AB:-1 0 1}; do # the copies of a batch in one driver call, or one call each (A/B/A)
       SLUICE_CUDA_COPY_BATCH=$cb SLUICE_MOE_TIMING=1 bench_one "$n 8GiB copy (batch $cb)" -m "$Q35" --gpu \
         --gpu-budget 8GiB -p 512 -n 64 -r 1
       grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt"

@@ -42,7 +42,9 @@ struct moe_scratch {
     int32_t *look_h;  /* host copy of the lookahead's top-k */
     float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
     float *look_r;    /* lookahead: router logits [n_batch][n_expert] (backend memory) */
-    int32_t *look_ids; /* lookahead: top-k [n_batch][k] (backend memory) */
+    int32_t *look_ids; /* [2][n_batch][k] (backend memory): a copy of the layer's routed ids,
+                        * then the lookahead's top-k (at n * k), so one read-back brings both */
+    int32_t *pair_h;   /* host copy of that pair [2][n_batch][k] */
     float *look_w;
     int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
@@ -78,6 +80,7 @@ void moe_state_release(model_state *st) {
     free(x->x_h);
     free(x->rows_h);
     free(x->look_h);
+    free(x->pair_h);
     state_release(st->be, x->look_x);
     state_release(st->be, x->look_r);
     state_release(st->be, x->look_ids);
@@ -103,11 +106,12 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->x_h = malloc(B * (size_t)hp->n_embd * sizeof *x->x_h);
     x->rows_h = malloc(B * K * sizeof *x->rows_h);
     x->look_h = malloc(B * K * sizeof *x->look_h);
+    x->pair_h = malloc(2 * B * K * sizeof *x->pair_h);
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
     x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
     st->moe_extra = x;
-    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pred) {
+    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pair_h || !x->pred) {
         moe_state_release(st);
         return NULL;
     }
@@ -130,21 +134,22 @@ static bool lookahead_queue(const sluice_model *m, model_state *st, backend *be,
         const size_t B = (size_t)x->n_batch;
         x->look_x = state_alloc(be, B * (size_t)hp->n_embd * sizeof(float));
         x->look_r = state_alloc(be, B * (size_t)hp->n_expert * sizeof(float));
-        x->look_ids = state_alloc(be, B * (size_t)k * sizeof(int32_t));
+        x->look_ids = state_alloc(be, 2 * B * (size_t)k * sizeof(int32_t));
         x->look_w = state_alloc(be, B * (size_t)k * sizeof(float));
         if (!x->look_x || !x->look_r || !x->look_ids || !x->look_w) return false; /* timing only */
     }
     const layer_weights *N = &m->layers[next];
     be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
     be_matmul(be, &N->ffn_gate_inp, x->look_x, n, x->look_r);
-    be_moe_route(be, x->look_r, n, hp->n_expert, k, false, x->look_ids, x->look_w);
+    be_moe_route(be, x->look_r, n, hp->n_expert, k, false, x->look_ids + (size_t)n * k, x->look_w);
     return true;
 }
 
-static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, struct moe_scratch *x) {
+/* downloaded: look_h holds the lookahead's top-k already (read back with the layer's routing) */
+static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, struct moe_scratch *x, bool downloaded) {
     const hparams *hp = &m->hp;
     const int next = il + 1, k = hp->n_expert_used;
-    be_download(be, x->look_h, x->look_ids, (size_t)n * k * sizeof(int32_t));
+    if (!downloaded) be_download(be, x->look_h, x->look_ids + (size_t)n * k, (size_t)n * k * sizeof(int32_t));
     memset(x->mark, 0, (size_t)hp->n_expert);
     x->n_pred = 0;
     for (int i = 0; i < n * k; i++) {
@@ -260,8 +265,17 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
     const double t0 = timed ? moe_now() : 0;
     double t1 = t0, t2 = t0, tl = t0;
-    if (host) {
+    if (host && look_early) {
+        /* the layer's ids beside the lookahead's, one read-back (one wait for the device) */
+        const size_t nk = (size_t)n * k;
+        be_copy_rows(be, (float *)xs->look_ids, nk, (const float *)ids, nk, 1, (int)nk); /* bits moved as floats */
+        be_download(be, xs->pair_h, xs->look_ids, 2 * nk * sizeof(int32_t));
+        memcpy(xs->ids_h, xs->pair_h, nk * sizeof(int32_t));
+        memcpy(xs->look_h, xs->pair_h + nk, nk * sizeof(int32_t));
+    } else if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
+    }
+    if (host) {
         if (timed) t1 = moe_now();
         if (host_split) be_download(be, xs->x_h, x, (size_t)n * E * sizeof(float));
         if (st->route_fn) {
@@ -298,8 +312,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             if (host_split) m->experts->ops->prefetch_host(m->experts, il, xs->need, n_need, m->experts->host_max);
             else expert_prefetch(m->experts, il, xs->need, n_need, true);
             if (timed) tl = moe_now();
-            if (look_early) lookahead_issue(m, be, il, n, xs);
-            else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs);
+            if (look_early) lookahead_issue(m, be, il, n, xs, true);
+            else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs, false);
         }
         if (timed) {
             t2 = moe_now();
