@@ -94,6 +94,10 @@ expect_exit "budget below the floor" 1 "$SLUICE" run -m "$Q4" -p hi -n 1 --strea
 expect_exit "--resident with --stream" 2 "$SLUICE" run -m "$Q4" -p hi --resident --stream
 expect_exit "bad --io" 2 "$SLUICE" run -m "$Q4" -p hi --io fast
 expect_exit "bad --cache" 2 "$SLUICE" run -m "$Q4" -p hi --cache lots
+expect_exit "bad --gpu-miss" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-miss maybe
+expect_exit "--gpu-miss without --gpu" 2 "$SLUICE" run -m "$Q4" -p hi --gpu-miss host
+expect_exit "--gpu-host-experts without --gpu-miss host" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-host-experts 2
+expect_exit "negative --gpu-host-experts" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-miss host --gpu-host-experts -1
 "$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 >"$work/res.txt" 2>/dev/null
 "$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 --cache 5x --no-prefetch >"$work/str.txt" 2>/dev/null
 cmp -s "$work/res.txt" "$work/str.txt"; check "streamed run prints the resident text" $?
