@@ -36,6 +36,11 @@ typedef struct gslot {
     int pins;
     uint64_t protect_tick;
     bool demand_load;  /* loaded by the current demand (counts as a miss at acquire) */
+    /* the policy's rank of the expert held (cache_policy_rank), kept here so that choosing
+     * victims reads the slots in order instead of two policy arrays at random (a decode layer
+     * chooses twice, over every slot); refreshed whenever the expert is touched */
+    double score;
+    uint64_t last;
 } gslot;
 
 typedef struct victim { /* an eviction candidate (pick_victims) */
@@ -99,12 +104,21 @@ static void point_host(gpu_store *s, int layer, int expert) {
 
 static int key_of(const gpu_store *s, int layer, int expert) { return layer * s->base.n_expert + expert; }
 
+/* A use of (layer, expert) for the policy, and the rank its slot keeps (if it has one). */
+static void touch(gpu_store *s, int layer, int expert) {
+    const int key = key_of(s, layer, expert);
+    cache_policy_touch(s->policy, key);
+    const int i = s->where[key];
+    if (i >= 0) cache_policy_rank(s->policy, key, &s->slots[i].score, &s->slots[i].last);
+}
+
 /* Copy (layer, expert) into slot i (queued on the backend's stream) and point the table at it. */
 static void load(gpu_store *s, int i, int layer, int expert) {
     gslot *sl = &s->slots[i];
     sl->layer = layer;
     sl->expert = expert;
     s->where[key_of(s, layer, expert)] = i;
+    cache_policy_rank(s->policy, key_of(s, layer, expert), &sl->score, &sl->last);
     const expert_layer_layout *L = &s->layout->layers[layer];
     for (int p = 0; p < EXPERT_PARTS; p++) {
         s->be->ops->copy_async(s->be, slot_part(s, i, layer, p), host_part(s, layer, expert, p),
@@ -164,7 +178,8 @@ static int pick_victims(gpu_store *s, int m) {
         victim v = {-INFINITY, 0, i};
         if (sl->layer >= 0) {
             if (!evictable(s, sl)) continue;
-            cache_policy_rank(s->policy, key_of(s, sl->layer, sl->expert), &v.score, &v.last);
+            v.score = sl->score;
+            v.last = sl->last;
         } /* else empty: before every cached expert that has been used */
         if (!few) {
             c[n++] = v;
@@ -211,7 +226,7 @@ static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *
             else if (p == EXPERT_UP) out->up = v;
             else out->down = v;
         }
-        cache_policy_touch(s->policy, key_of(s, layer, expert));
+        touch(s, layer, expert);
         return 0;
     }
     if (i >= 0 && !s->slots[i].demand_load) {
@@ -235,7 +250,7 @@ static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *
     gslot *sl = &s->slots[i];
     sl->demand_load = false;
     sl->pins++;
-    cache_policy_touch(s->policy, key_of(s, layer, expert));
+    touch(s, layer, expert);
     out->gate = expert_part_view(&L->part[EXPERT_GATE], slot_part(s, i, layer, EXPERT_GATE));
     out->up = expert_part_view(&L->part[EXPERT_UP], slot_part(s, i, layer, EXPERT_UP));
     out->down = expert_part_view(&L->part[EXPERT_DOWN], slot_part(s, i, layer, EXPERT_DOWN));
@@ -315,7 +330,7 @@ static int gpu_observe(expert_store *base, int layer, const int32_t *experts, in
         s->mark[e] = 1;
         base->stats.acquires++;
         const int key = key_of(s, layer, e);
-        cache_policy_touch(s->policy, key);
+        touch(s, layer, e);
         if (s->where[key] >= 0) {
             base->stats.hits++;
             continue;
