@@ -30,6 +30,8 @@
 #   host      --gpu-miss host on the uniform 35B-A3B shape (synthesized in the background): resident
 #             and copy for reference, then HOST_CONFIGS (default "4 8 4:2 8:2": N or N:L for
 #             --gpu-host-experts N with SLUICE_GPU_LOOK_MAX=L lookahead copies a layer)
+#   copy2     copy-mode decode (--gpu-budget 8GiB, p512+n64) twice on each 35B-A3B file, with
+#             SLUICE_MOE_TIMING's host breakdown
 #   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
 #             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
@@ -105,6 +107,7 @@ SYNTH_PID=
 BIGS=() # the full-size files the stream and pprof stages need, synthesized in one background job
 has stream && BIGS+=("$Q35")
 has host && BIGS+=("$Q35")
+has copy2 && BIGS+=("$Q35" "$Q35Z")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
 has ktrace && BIGS+=("$Q35" "$Q30")
@@ -337,6 +340,16 @@ if has stream; then
     bench_one "$n 8GiB copy pp2048" -m "$f" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
   done
   grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
+fi
+
+if has copy2; then # copy-mode decode twice on each 35B-A3B file (uniform, skew): the streamed decode's A/A
+  for f in "$Q35" "$Q35Z"; do
+    wait_for "$f" || { say "copy2: $(basename "$f") missing"; continue; }
+    for r in 1 2; do
+      SLUICE_MOE_TIMING=1 bench_one "$(basename "$f" .gguf) 8GiB copy ($r)" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+      grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt"
+    done
+  done
 fi
 
 if has hostbench; then # device_experts_run alone on this host (.devcarry/hb, a scratch build)
