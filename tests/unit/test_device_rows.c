@@ -24,15 +24,10 @@
 #include "backends/silu_fixed.h"
 #include "check.h"
 #include "formats/quant.h"
+#include "test_matrix.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float rndf(void) { return (float)rnd32() / 4294967296.0f * 2.0f - 1.0f; }
+/* uniform in [-1, 1) from the shared test stream */
+static float rndf(void) { return (float)(rnd() >> 8) / 16777216.0f * 2.0f - 1.0f; }
 
 static void test_exp(void) {
     double worst = 0;

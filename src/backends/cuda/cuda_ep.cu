@@ -36,10 +36,6 @@ extern "C" {
 #include "runtime/ep_placement.h"
 }
 
-/* cuda_moe.cu: every slot's expert output (see there) */
-float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k,
-                      int n_family);
-
 /* ---- kernels (also built without NCCL: the plan kernel has a unit-test hook) ---------------- */
 
 #define EP_PLAN_THREADS 256

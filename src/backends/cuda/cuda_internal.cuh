@@ -512,6 +512,8 @@ int cuda_op_moe_experts_shared(backend *b, int il, const float *x, int n, const 
                                float *shared);
 void cuda_moe_combine(cuda_backend *c, const float *slots, const float *w, int n, int k, int width,
                       float *out);
+/* Every slot's expert output, unweighted (Y [n * k][E], scratch): the kernels of moe_experts;
+ * a slot whose id is -1 is skipped (its row left as it was). */
 float *cuda_moe_slots(cuda_backend *c, int il, const float *x, int n, const int32_t *ids, int k, int n_family);
 
 /* ---- cuda_moe_host.cu ---- */
