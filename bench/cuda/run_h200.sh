@@ -30,6 +30,7 @@
 #   host      --gpu-miss host on the uniform 35B-A3B shape (synthesized in the background): resident
 #             and copy for reference, then HOST_CONFIGS (default "4 8 4:2 8:2": N or N:L for
 #             --gpu-host-experts N with SLUICE_GPU_LOOK_MAX=L lookahead copies a layer)
+#   eager     resident decode of the 35B-A3B shape without CUDA graphs (the host's launch cost)
 #   copy2     copy-mode decode (--gpu-budget 8GiB, p512+n64) twice on each 35B-A3B file, with
 #             SLUICE_MOE_TIMING's host breakdown
 #   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
@@ -108,6 +109,7 @@ BIGS=() # the full-size files the stream and pprof stages need, synthesized in o
 has stream && BIGS+=("$Q35")
 has host && BIGS+=("$Q35")
 has copy2 && BIGS+=("$Q35" "$Q35Z")
+has eager && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
 has ktrace && BIGS+=("$Q35" "$Q30")
@@ -340,6 +342,10 @@ if has stream; then
     bench_one "$n 8GiB copy pp2048" -m "$f" --gpu --gpu-budget 8GiB -p 2048 -n 0 -r 1 -b 2048
   done
   grep -E "sluice: .*(copied|copying)" "$OUT/bench.log" | head -4 >> "$OUT/summary.txt"
+fi
+
+if has eager; then # resident decode without graphs: every op launched by the host, as in a streamed layer
+  wait_for "$Q35" && bench_one "$(basename "$Q35" .gguf) resident decode, no graphs" -m "$Q35" --gpu --no-graph -p 16 -n 128 -r 1
 fi
 
 if has copy2; then # copy-mode decode twice on each 35B-A3B file (uniform, skew): the streamed decode's A/A
