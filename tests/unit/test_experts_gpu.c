@@ -15,7 +15,10 @@
  *   - stats: hits + misses = acquires, hits as the table predicts, bytes_read = bytes copied;
  *   - the same sequence gives the same table and stats (also with immediate copies);
  * and with too few free slots prefetch loads what fits and acquire fails, with an error, only
- * when no slot can be found. */
+ * when no slot can be found. Host mode (host_max, prefetch_host): a demand leaves at most max
+ * of its misses in host memory (entries at the file's bytes, acquired without a copy or a slot,
+ * counted as misses and host_computed), loads the rest, and a later demand that does not leave
+ * an expert loads it at its acquire. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -230,7 +233,12 @@ static int pick_set(int step, int L, int n, int32_t *out) {
     return m;
 }
 
+static expert_store *new_store_host(bool zerocopy, bool defer, int n_slots, int promote_max, int host_max);
 static expert_store *new_store(bool zerocopy, bool defer, int n_slots, int promote_max) {
+    return new_store_host(zerocopy, defer, n_slots, promote_max, 0);
+}
+
+static expert_store *new_store_host(bool zerocopy, bool defer, int n_slots, int promote_max, int host_max) {
     fake_be *f = &fake;
     memset(f, 0, sizeof *f);
     f->b.ops = &fake_ops;
@@ -238,7 +246,7 @@ static expert_store *new_store(bool zerocopy, bool defer, int n_slots, int promo
     const uint64_t sb = expert_gpu_slot_bytes(&layout);
     gpu_store_params p = {.be = &f->b, .layout = &layout, .file = file, .resident = false,
                           .cache_bytes = sb * (uint64_t)n_slots + sb / 2, .zerocopy = zerocopy,
-                          .promote_max = promote_max};
+                          .promote_max = promote_max, .host_max = host_max};
     char err[256] = "";
     expert_store *s = expert_store_gpu_new(&p, err, sizeof err);
     CHECKF(s != NULL, "%s", err);
@@ -484,6 +492,66 @@ static void test_duplicates(void) {
     expert_store_free(s);
 }
 
+/* Host mode: prefetch_host leaves up to max misses of a demand to the host. */
+static void test_host_split(void) {
+    fake_be *f = &fake;
+    expert_store *s = new_store_host(false, true, NE + 4, 0, 3);
+    if (!s) return;
+    CHECK(s->host_max == 3 && s->ops->prefetch_host != NULL);
+    int code[NL][NE];
+    /* layer 1: the warm start cached experts 0..7 of every layer (20 slots over 3 layers) */
+    CHECK(check_table(f, NE + 4, code) == NE + 4);
+    const int32_t need[6] = {1, 9, 10, 11, 12, 13};
+    int missing = 0;
+    for (int k = 0; k < 6; k++) missing += code[1][need[k]] < 0;
+    const uint64_t c0 = f->copies, m0 = s->stats.misses, h0 = s->stats.host_computed;
+    const int left = s->ops->prefetch_host(s, 1, need, 6, 3);
+    CHECKF(left == (missing < 3 ? missing : 3), "left %d of %d missing", left, missing);
+    CHECK(f->copies - c0 == 3 * (uint64_t)(missing - left)); /* the others copied */
+    int at_host = 0;
+    for (int k = 0; k < 6; k++) {
+        expert_views v;
+        const bool host = entry_slot(f, 1, need[k]) == -1;
+        at_host += host;
+        CHECKF(expert_acquire(s, 1, need[k], &v) == 0, "%s", sluice_last_error());
+        /* a left expert's views and entry are the file's bytes; the others a slot's */
+        CHECK((v.gate.data == host_bytes(1, need[k], EXPERT_GATE)) == host);
+        CHECK(memcmp(v.down.data, host_bytes(1, need[k], EXPERT_DOWN), layers[1].part[2].bytes) == 0);
+        CHECK(entry_slot(f, 1, need[k]) == (host ? -1 : slot_at(f, v.gate.data)));
+    }
+    CHECKF(at_host == left, "%d at the host, %d left", at_host, left);
+    CHECK(s->stats.host_computed - h0 == (uint64_t)left && s->stats.misses - m0 == (uint64_t)missing);
+    CHECK(f->copies - c0 == 3 * (uint64_t)(missing - left)); /* acquire copied nothing more */
+    for (int k = 0; k < 6; k++) expert_release(s, 1, need[k]);
+    /* a later demand that leaves nothing: the expert left before is loaded at its acquire */
+    int32_t was_left = -1;
+    for (int k = 0; k < 6 && was_left < 0; k++)
+        if (entry_slot(f, 1, need[k]) == -1) was_left = need[k];
+    CHECK(was_left >= 0);
+    const int32_t other = 2;
+    expert_prefetch(s, 1, &other, 1, true);
+    expert_views v;
+    CHECK(expert_acquire(s, 1, was_left, &v) == 0 && entry_slot(f, 1, was_left) >= 0);
+    CHECK(s->stats.host_computed - h0 == (uint64_t)left); /* not host-computed this time */
+    expert_release(s, 1, was_left);
+    /* max 0 is a plain demand prefetch */
+    const int32_t more[2] = {14, 15};
+    CHECK(s->ops->prefetch_host(s, 2, more, 2, 0) == 0);
+    for (int k = 0; k < 2; k++) { /* acquire waits for their copies */
+        CHECK(expert_acquire(s, 2, more[k], &v) == 0 && entry_slot(f, 2, more[k]) >= 0);
+        expert_release(s, 2, more[k]);
+    }
+    CHECK(check_table(f, NE + 4, code) >= 0);
+    CHECK(s->stats.hits + s->stats.misses == s->stats.acquires);
+    printf("host split: %d of %d missing left to the host\n", left, missing);
+    expert_store_free(s);
+    /* a store without host_max leaves nothing */
+    s = new_store(false, true, NE + 4, 0);
+    if (!s) return;
+    CHECK(s->host_max == 0 && s->ops->prefetch_host(s, 1, need, 6, 3) == 0);
+    expert_store_free(s);
+}
+
 int main(void) {
     make_file();
     test_stream(false);
@@ -491,6 +559,7 @@ int main(void) {
     test_too_small();
     test_observe();
     test_duplicates();
+    test_host_split();
     free(file);
     CHECK_DONE();
 }
