@@ -29,6 +29,10 @@
 /* experts in one backend call (experts_one): the routed ones of a layer and a shared one */
 #define MOE_ONE_MAX 16
 
+/* A decode batch of at most this many tokens may leave some misses to the host's cores
+ * (expert_store host_max, backend moe_experts_host). */
+#define MOE_HOST_MAX_TOKENS 8
+
 /* Per-state MoE bookkeeping, allocated on first use: host arrays (the routed ids the host needs
  * to acquire experts, the rows routed to one expert) and backend buffers for the lookahead. */
 struct moe_scratch {
@@ -37,7 +41,7 @@ struct moe_scratch {
     uint8_t *mark;    /* [n_expert] */
     int32_t *ids_h;   /* host copy of a layer's routed ids [n_batch][k] */
     float *w_h;       /* host copy of their weights (route callback) */
-    float *x_h;       /* host copy of the layer's input (moe_experts_host) [n_batch][n_embd] */
+    float *x_h;       /* host copy of the layer's input (moe_experts_host) [<= 8][n_embd] */
     int32_t *rows_h;  /* (token * k + slot) entries routed to one expert */
     int32_t *look_h;  /* host copy of the lookahead's top-k */
     float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
@@ -103,7 +107,8 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->mark = calloc(X, 1);
     x->ids_h = malloc(B * K * sizeof *x->ids_h);
     x->w_h = malloc(B * K * sizeof *x->w_h);
-    x->x_h = malloc(B * (size_t)hp->n_embd * sizeof *x->x_h);
+    /* moe_experts_host's input rows: decode batches only (at most MOE_HOST_MAX_TOKENS) */
+    x->x_h = malloc((B < MOE_HOST_MAX_TOKENS ? B : MOE_HOST_MAX_TOKENS) * (size_t)hp->n_embd * sizeof *x->x_h);
     x->rows_h = malloc(B * K * sizeof *x->rows_h);
     x->look_h = malloc(B * K * sizeof *x->look_h);
     x->pair_h = malloc(2 * B * K * sizeof *x->pair_h);
@@ -167,10 +172,6 @@ static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, s
 /* A batch of more tokens than this multiplies most of a layer's experts: a streaming device
  * cache then fills its slots layer by layer (copy path) even when decode reads misses in place. */
 #define MOE_PREP_MIN_TOKENS 8
-
-/* A decode batch of at most this many tokens may leave some misses to the host's cores
- * (expert_store host_max, backend moe_experts_host). */
-#define MOE_HOST_MAX_TOKENS 8
 
 /* The expert table's slots must be prepared per layer from the routing (on the host). */
 static bool layer_prep(const sluice_model *m, int n) {
