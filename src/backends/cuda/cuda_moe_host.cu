@@ -75,6 +75,17 @@ void cuda_host_free(cuda_backend *c) {
     c->h_ids = nullptr;
 }
 
+/* A page-locked buffer of at least `bytes` in *p (capacity *cap); false when memory runs out. */
+static bool grow_pinned(void **p, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return true;
+    if (*p) cudaFreeHost(*p);
+    *p = nullptr;
+    *cap = 0;
+    if (cudaHostAlloc(p, bytes, cudaHostAllocDefault) != cudaSuccess) return false;
+    *cap = bytes;
+    return true;
+}
+
 /* Host buffers for `slots` slots of width E; false when memory runs out. */
 static bool host_buffers(cuda_backend *c, int slots, int64_t E, size_t work) {
     if (!c->host_pool) {
@@ -83,21 +94,9 @@ static bool host_buffers(cuda_backend *c, int slots, int64_t E, size_t work) {
         c->host_pool = threadpool_new(nt);
         if (!c->host_pool) return false;
     }
-    const size_t rows = (size_t)slots * (size_t)E * sizeof(float), ids = (size_t)slots * sizeof(int32_t);
-    if (rows > c->h_rows_cap) {
-        if (c->h_rows) cudaFreeHost(c->h_rows);
-        c->h_rows = nullptr;
-        c->h_rows_cap = 0;
-        if (cudaHostAlloc((void **)&c->h_rows, rows, cudaHostAllocDefault) != cudaSuccess) return false;
-        c->h_rows_cap = rows;
-    }
-    if (ids > c->h_ids_cap) {
-        if (c->h_ids) cudaFreeHost(c->h_ids);
-        c->h_ids = nullptr;
-        c->h_ids_cap = 0;
-        if (cudaHostAlloc((void **)&c->h_ids, ids, cudaHostAllocDefault) != cudaSuccess) return false;
-        c->h_ids_cap = ids;
-    }
+    if (!grow_pinned((void **)&c->h_rows, &c->h_rows_cap, (size_t)slots * (size_t)E * sizeof(float)) ||
+        !grow_pinned((void **)&c->h_ids, &c->h_ids_cap, (size_t)slots * sizeof(int32_t)))
+        return false;
     if (work > c->host_work_cap) {
         free(c->host_work);
         c->host_work = malloc(work);
