@@ -8,7 +8,7 @@
 #   LLAMA=DIR bench/cuda/pack.sh ...      also carry a llama.cpp CUDA build (DIR/bin)
 #   KTRACE=1 bench/cuda/pack.sh ...       also carry sluice-ktrace (-DSLUICE_CUDA_KTRACE=ON)
 #
-# Output: .devcarry/bin.tar.xz (sluice, test_cuda, test_ep, libs), .devcarry/fixtures/ (models and their
+# Output: .devcarry/bin.tar.xz (sluice, test_cuda, test_ep, bench_kernels, libs), .devcarry/fixtures/ (models and their
 # golden prompt ids), .devcarry/llama.tar.xz. The binaries embed stories260K as the default
 # model (the checkout's default model is far larger than what a call may carry).
 set -euo pipefail
@@ -19,10 +19,10 @@ grep -qx '/.devcarry/' "$EXCLUDE" 2>/dev/null || echo '/.devcarry/' >> "$EXCLUDE
 B=build-cuda-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
 sed -i "s|\.incbin \".*\"|.incbin \"$ROOT/models/stories260K.gguf\"|" $B/default_model.S
-cmake --build $B -j2 --target sluice test_cuda test_ep >/dev/null
+cmake --build $B -j2 --target sluice test_cuda test_ep bench_kernels >/dev/null
 rm -rf .devcarry/stage .devcarry/fixtures && mkdir -p .devcarry/stage/lib .devcarry/fixtures
-cp $B/sluice $B/tests/test_cuda $B/tests/test_ep .devcarry/stage/
-strip .devcarry/stage/sluice .devcarry/stage/test_cuda .devcarry/stage/test_ep
+cp $B/sluice $B/tests/test_cuda $B/tests/test_ep $B/bench_kernels .devcarry/stage/
+strip .devcarry/stage/sluice .devcarry/stage/test_cuda .devcarry/stage/test_ep .devcarry/stage/bench_kernels
 if [ -n "${KTRACE:-}" ]; then # a kernel-trace build as well (measurement only; run_h200.sh ktrace)
   K=build-cuda-ktrace
   cmake -S . -B $K -DCMAKE_BUILD_TYPE=Release -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \

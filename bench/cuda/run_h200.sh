@@ -27,6 +27,8 @@
 #             sluice bench --gpu --gpu-budget 8GiB with misses copied and read in place (decode
 #             and pp512, pp2048), and resident for the evidence hashes (equal bits whatever the mode);
 #             STREAM_NO_SKEW=1: the uniform file only
+#   hostbench the host's copy of the GPU's expert products alone (bench_kernels --device-rows,
+#             1 / 8 / 16 threads, experts from the last-level cache and from DRAM)
 #   host      --gpu-miss host on the uniform 35B-A3B shape (synthesized in the background): resident
 #             and copy for reference, then HOST_CONFIGS (default "4 8 4:2 8:2": N or N:L for
 #             --gpu-host-experts N with SLUICE_GPU_LOOK_MAX=L lookahead copies a layer)
@@ -358,8 +360,8 @@ if has copy2; then # copy-mode decode twice on each 35B-A3B file (uniform, skew)
   done
 fi
 
-if has hostbench; then # device_experts_run alone on this host (.devcarry/hb, a scratch build)
-  for t in 1 8 16; do for j in 1 2 4; do .devcarry/hb $t $j; done; done >> "$OUT/summary.txt" 2>&1
+if has hostbench; then # device_experts_run alone on this host: from its last-level cache and from DRAM
+  for t in 1 8 16; do "$W/bench_kernels" --device-rows --threads $t --reps 3 --mb 2048; done >> "$OUT/summary.txt" 2>&1
 fi
 
 if has host; then

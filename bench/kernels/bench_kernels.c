@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn]
+ *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--device-rows]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
  * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
@@ -12,7 +12,11 @@
  * kernel on one core with cache-resident rows instead (robust to a busy machine). --pool: the
  * thread pool's dispatch cost. --attn: the backend's causal attention for a prefill of K tokens
  * (default 2048) from position 0 on T threads, in the head shapes of the models (GFLOP/s counts
- * 4 * hd flops per query head and key), with an FNV-1a hash of the output bits. */
+ * 4 * hd flops per query head and key), with an FNV-1a hash of the output bits.
+ * --device-rows: backends/cpu/device_rows.c (the GPU's expert products on the host, --gpu-miss
+ * host) at the 35B-A3B expert shape (Q4_K gate/up 2048 -> 512, Q6_K down) on T threads, 1, 2
+ * and 4 experts a call, each call's experts from a pool of 64 (128 MiB: cache-resident on a big
+ * last-level cache) or from --mb MiB of them (DRAM); microseconds an expert. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,9 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/device_rows.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/threadpool.h"
 #include "formats/quant.h"
 
 static double now(void) {
@@ -237,9 +243,53 @@ static void attn_bench(int threads, int reps, int n) {
     be_free(be);
 }
 
+/* device_experts_run's time an expert, best of reps x 20 calls, experts taken round-robin from
+ * a pool of pool_bytes (valid scales, random quants). */
+static void device_rows_bench(int threads, int reps, size_t pool_bytes) {
+    const device_expert_shape sh = {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 2048, 512};
+    const size_t rg = quant_row_bytes(sh.type_gate, sh.E), rd = quant_row_bytes(sh.type_down, sh.F);
+    const size_t eb = rg * (size_t)sh.F * 2 + rd * (size_t)sh.E;
+    const size_t n_exp = pool_bytes / eb > 0 ? pool_bytes / eb : 1;
+    uint8_t *pool = malloc(eb * n_exp);
+    float *x = malloc(sizeof(float) * (size_t)sh.E), *y = malloc(sizeof(float) * (size_t)sh.E * 4);
+    if (!pool || !x || !y) return;
+    for (size_t i = 0; i < eb * n_exp; i++) pool[i] = (uint8_t)rnd();
+    for (size_t e = 0; e < n_exp; e++) { /* f16 scales of 2^-13 (Q4_K d, dmin; Q6_K d) */
+        uint8_t *b = pool + e * eb;
+        for (size_t o = 0; o < rg * (size_t)sh.F * 2; o += 144) b[o] = 0, b[o + 1] = 0x08, b[o + 2] = 0, b[o + 3] = 0x08;
+        for (size_t o = rg * (size_t)sh.F * 2; o < eb; o += 210) b[o + 208] = 0, b[o + 209] = 0x08;
+    }
+    for (int i = 0; i < sh.E; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    threadpool *tp = threadpool_new(threads);
+    for (int nj = 1; nj <= 4; nj *= 2) {
+        device_expert_job jobs[4];
+        const size_t wb = device_experts_work_bytes(&sh, nj);
+        void *work = malloc(wb);
+        double best = 1e30;
+        size_t next = 0;
+        for (int r = 0; r < reps * 20; r++) {
+            for (int j = 0; j < nj; j++, next = (next + 1) % n_exp) {
+                uint8_t *b = pool + next * eb;
+                jobs[j] = (device_expert_job){b, b + rg * (size_t)sh.F, b + rg * (size_t)sh.F * 2, x, y + (size_t)j * sh.E};
+            }
+            const double t0 = now();
+            device_experts_run(tp, &sh, jobs, nj, work, wb);
+            const double dt = now() - t0;
+            if (dt < best) best = dt;
+        }
+        printf("device rows: %d threads, %d expert(s) a call, pool %zu MiB: %.1f us an expert (%.2f GB/s)\n", threads, nj,
+               eb * n_exp >> 20, best * 1e6 / nj, (double)eb * nj / best / 1e9);
+        free(work);
+    }
+    threadpool_free(tp);
+    free(pool);
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     size_t mb = 1024;
-    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0;
+    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, drows = 0;
     const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
@@ -251,17 +301,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--l1")) l1 = 1;
         else if (!strcmp(argv[i], "--pool")) l1 = 2;
         else if (!strcmp(argv[i], "--attn")) attn = 1;
+        else if (!strcmp(argv[i], "--device-rows")) drows = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *name = argv[++i];
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--device-rows]\n", argv[0]);
             return 2;
         }
     }
     if (attn) {
         attn_bench(threads, reps, toks > 1 ? toks : 2048);
+        return 0;
+    }
+    if (drows) {
+        device_rows_bench(threads, reps, (size_t)128 << 20);
+        device_rows_bench(threads, reps, mb << 20);
         return 0;
     }
     if (l1 == 1) {
