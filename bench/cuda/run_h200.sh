@@ -35,6 +35,9 @@
 #   eager     resident decode of the 35B-A3B shape without CUDA graphs (the host's launch cost)
 #   copy2     copy-mode decode (--gpu-budget 8GiB, p512+n64) twice on each 35B-A3B file, with
 #             SLUICE_MOE_TIMING's host breakdown
+#   sab       streamed decode A/B/A on each 35B-A3B file (skewed first): copy mode, --gpu-budget
+#             8GiB, p512+n64, SLUICE_MOE_TIMING's breakdown; SAB_ENV="VAR=1 ...[;VAR2=1 ...]": each
+#             ';'-separated set of variables once, with a default run before the first and after each
 #   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
 #             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
@@ -111,6 +114,7 @@ BIGS=() # the full-size files the stream and pprof stages need, synthesized in o
 has stream && BIGS+=("$Q35")
 has host && BIGS+=("$Q35")
 has copy2 && BIGS+=("$Q35" "$Q35Z")
+has sab && BIGS+=("$Q35Z" "$Q35")
 has eager && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
@@ -357,6 +361,21 @@ if has copy2; then # copy-mode decode twice on each 35B-A3B file (uniform, skew)
       SLUICE_MOE_TIMING=1 bench_one "$(basename "$f" .gguf) 8GiB copy ($r)" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
       grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt"
     done
+  done
+fi
+
+if has sab; then # A/B/A of environment variables on the streamed decode (same binary, same call)
+  IFS=';' read -ra SAB_SETS <<< "${SAB_ENV:-}"
+  sab_one() { # label, variables
+    ( [ -n "$2" ] && export $2
+      SLUICE_MOE_TIMING=1 bench_one "$1 8GiB copy [${2:-default}]" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+      grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt" )
+  }
+  for f in "$Q35Z" "$Q35"; do
+    wait_for "$f" || { say "sab: $(basename "$f") missing"; continue; }
+    n=$(basename "$f" .gguf)
+    sab_one "$n" ""
+    for v in "${SAB_SETS[@]}"; do sab_one "$n" "$v"; sab_one "$n" ""; done
   done
 fi
 

@@ -60,6 +60,7 @@ struct moe_scratch {
     uint64_t t_layers;
     double t_wait, t_issue, t_look, t_total; /* seconds: routing read-back, copies issued (of which
                                               * the lookahead's), whole layer */
+    bool shared_apart; /* SLUICE_MOE_SHARED_APART (measurement): see shared_in in moe_forward */
 };
 
 static double moe_now(void) {
@@ -115,6 +116,7 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
     x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
+    x->shared_apart = getenv("SLUICE_MOE_SHARED_APART") && atoi(getenv("SLUICE_MOE_SHARED_APART")) > 0;
     st->moe_extra = x;
     if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pair_h || !x->pred) {
         moe_state_release(st);
@@ -262,6 +264,12 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* a streamed decode layer whose misses the host may compute in part (--gpu-miss host) */
     const bool host_split = prep && n <= MOE_HOST_MAX_TOKENS && m->experts->host_max > 0 &&
                             m->experts->ops->prefetch_host && be->ops->moe_experts_host;
+    /* A streamed decode layer (device table) waits for its routing, and from then on the device
+     * is idle until the host has launched the layer's experts: the shared expert goes into the
+     * routed experts' launches there (after the acquires) instead of three launches of its own
+     * (bench/results/2026-12-01-cuda-stream3.md). */
+    const bool shared_in = shared && prep && n <= MOE_HOST_MAX_TOKENS && !host_split && !xs->shared_apart &&
+                           be->ops->moe_experts_shared;
     int n_need = 0;
     const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
     const double t0 = timed ? moe_now() : 0;
@@ -363,11 +371,10 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (acquired != n_need) return -1;
     }
-    if (shared && !merged && !one) {
+    if (shared && !merged && !one && !shared_in) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
     }
-    if (shared && !residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
 
     if (one) {
         be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
@@ -380,9 +387,26 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             expert_views ev;
             if (expert_acquire(m->experts, il, xs->need[acquired], &ev) != 0) break;
         }
-        int rc = acquired < n_need ? -1
-                 : host_split     ? be->ops->moe_experts_host(be, il, x, xs->x_h, n, ids, xs->ids_h, wts, k, out)
-                                  : be->ops->moe_experts(be, il, x, n, ids, wts, k, out);
+        int rc = 0;
+        if (acquired < n_need) {
+            rc = -1;
+        } else if (host_split) {
+            rc = be->ops->moe_experts_host(be, il, x, xs->x_h, n, ids, xs->ids_h, wts, k, out);
+        } else {
+            const int sh = shared_in ? be->ops->moe_experts_shared(be, il, x, n, ids, wts, k, &L->ffn_gate_shexp,
+                                                                   &L->ffn_up_shexp, &L->ffn_down_shexp, out,
+                                                                   st->shexp_out)
+                                     : 1;
+            if (sh < 0) {
+                rc = -1;
+            } else if (sh > 0) { /* declined, or not offered: the shared expert on its own */
+                if (shared_in) {
+                    be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
+                    be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
+                }
+                rc = be->ops->moe_experts(be, il, x, n, ids, wts, k, out);
+            }
+        }
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;
     } else {
@@ -409,6 +433,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         be_moe_combine(be, st->moe_slots, wts, n, k, E, out);
     }
 
+    if (shared && !residual) be_sigmoid_mul(be, st->shexp_out, st->shexp_gate, n, E, 1);
     if (timed) {
         xs->t_layers++;
         xs->t_wait += t1 - t0;

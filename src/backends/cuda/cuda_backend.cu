@@ -97,16 +97,32 @@ void *cuda_scratch(cuda_backend *c, int id, size_t bytes) {
 
 /* ---- profiling -------------------------------------------------------------------------------- */
 
+static double host_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* --gpu-profile: the device time of every op (events around it, then a wait). SLUICE_CUDA_HOST_PROF:
+ * the host's time in every op instead (no events, no waits: the op's own cost to the host,
+ * launches and driver calls; an op inside another is counted in the outer one). */
 void cuda_prof_begin(cuda_backend *c) {
+    if (c->host_prof && c->hp_depth++ == 0) c->hp_t0 = host_ms();
     if (c->profile) CU(cudaEventRecord(c->ev0, c->stream));
 }
 
 void cuda_prof_end(cuda_backend *c, const char *name) {
-    if (!c->profile) return;
-    CU(cudaEventRecord(c->ev1, c->stream));
-    CU(cudaEventSynchronize(c->ev1));
     float ms = 0;
-    CU(cudaEventElapsedTime(&ms, c->ev0, c->ev1));
+    if (c->host_prof) {
+        if (c->hp_depth <= 0 || --c->hp_depth > 0) return;
+        ms = (float)(host_ms() - c->hp_t0);
+    } else if (c->profile) {
+        CU(cudaEventRecord(c->ev1, c->stream));
+        CU(cudaEventSynchronize(c->ev1));
+        CU(cudaEventElapsedTime(&ms, c->ev0, c->ev1));
+    } else {
+        return;
+    }
     for (auto &e : c->prof)
         if (e.name == name || strcmp(e.name, name) == 0) {
             e.ms += ms;
@@ -469,6 +485,7 @@ static void op_memzero(backend *b, void *dst, size_t bytes) {
 static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) {
     cuda_backend *c = CB(b);
     if (!bytes) return;
+    cuda_prof_begin(c);
     if (c->capturing) c->capture_broken = true; /* cache fills are not part of a graph */
     /* from the page-locked bytes of a pinned range (asynchronous DMA) */
     const uintptr_t a = (uintptr_t)src;
@@ -477,7 +494,8 @@ static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) 
     if (it != c->pinned.begin() && a < (it - 1)->host + (it - 1)->bytes)
         src = (const void *)((it - 1)->pin + (a - (it - 1)->host));
     if (!c->copy_batch_open) { /* the destination slots may be read by compute queued so far */
-        cuda_table_flush(c);
+        /* The table's pending updates (the victims' entries) need not be queued first: only the
+         * expert kernels read entries, and they flush the table before they launch. */
         CU(cudaEventRecord(c->copy_guard, c->stream));
         CU(cudaStreamWaitEvent(c->copy_stream, c->copy_guard, 0));
         c->copy_batch_open = true;
@@ -490,6 +508,8 @@ static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) 
         c->cp_size.push_back(bytes);
     }
     c->copies_unwaited = true;
+    c->copies_since_mark = true;
+    cuda_prof_end(c, "copy_async (queued)");
 }
 
 /* Issue the batch's queued copies on the copy stream: a streamed decode layer copies a few
@@ -534,11 +554,16 @@ static void copy_join(cuda_backend *c) {
 
 static void op_copy_end(backend *b, bool mark) {
     cuda_backend *c = CB(b);
+    cuda_prof_begin(c);
     copy_flush(c);
     c->copy_batch_open = false;
-    if (!mark || c->capturing) return;
+    cuda_prof_end(c, "copy_end (the batch's copies)");
+    /* no copy since the last mark: that mark, waited for or not, covers every copy already (a
+     * streamed decode layer whose experts are all cached saves two driver calls) */
+    if (!mark || c->capturing || !c->copies_since_mark) return;
     CU(cudaEventRecord(c->copy_mark, c->copy_stream));
     c->copy_marked = true;
+    c->copies_since_mark = false;
 }
 
 static void op_copy_wait(backend *b) {
@@ -548,8 +573,10 @@ static void op_copy_wait(backend *b) {
         c->capture_broken = true; /* a wait on a copy is not part of a graph */
         return;
     }
+    cuda_prof_begin(c);
     CU(cudaStreamWaitEvent(c->stream, c->copy_mark, 0));
     c->copy_marked = false;
+    cuda_prof_end(c, "copy_wait");
 }
 
 static void op_sync(backend *b) {
@@ -658,12 +685,14 @@ __global__ void k_table_set(expert_entry *tab, table_batch b) {
 
 void cuda_table_flush(cuda_backend *c) {
     if (c->pending.empty()) return;
+    cuda_prof_begin(c);
     if (c->pending.size() > 256 && !c->capturing) {
         /* a whole-table fill (resident start-up, or a big promotion): one copy */
         CU(cudaMemcpyAsync(c->d_table, c->h_table.data(), c->h_table.size() * sizeof(expert_entry),
                            cudaMemcpyHostToDevice, c->stream));
         CU(cudaStreamSynchronize(c->stream)); /* the source is pageable and changes later */
         c->pending.clear();
+        cuda_prof_end(c, "table_flush (whole table)");
         return;
     }
     for (size_t i = 0; i < c->pending.size(); i += 32) {
@@ -680,6 +709,7 @@ void cuda_table_flush(cuda_backend *c) {
         CU_LAUNCH();
     }
     c->pending.clear();
+    cuda_prof_end(c, "table_flush");
 }
 
 bool cuda_pdl = false; /* see pdl_launch (cuda_internal.cuh) */
@@ -739,7 +769,7 @@ static void op_capture_begin(backend *b, uint64_t key) {
     cuda_backend *c = CB(b);
     graph_slot *g = slot_of(c, key, true);
     c->cur_graph = g;
-    if (c->no_graph || c->profile || g->failed || g->runs == 0) return; /* an eager run */
+    if (c->no_graph || c->profile || c->host_prof || g->failed || g->runs == 0) return; /* an eager run */
     cuda_table_flush(c);
     copy_join(c);
     ensure_stage(c, 64ull << 20);
@@ -826,6 +856,10 @@ static void op_free(backend *b) {
         fprintf(stderr, "sluice: %d graph replays: device %.3f ms, replay call %.3f ms per step\n",
                 c->timed_replays, c->graph_gpu_ms / c->timed_replays, c->graph_call_ms / c->timed_replays);
     cuda_ktrace_report(c);
+    if (c->host_prof) {
+        fprintf(stderr, "sluice: CUDA host time per op (SLUICE_CUDA_HOST_PROF; ms, calls):\n");
+        backend_cuda_profile_report(&c->base, stderr);
+    }
     cuda_ktrace_free(c);
     for (auto &g : c->graphs)
         if (g.exec) cudaGraphExecDestroy(g.exec);
@@ -957,6 +991,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->budget = p->budget;
     c->no_graph = p->no_graph;
     c->profile = p->profile;
+    c->host_prof = !c->profile && getenv("SLUICE_CUDA_HOST_PROF") != nullptr;
     c->graph_timing = getenv("SLUICE_CUDA_GRAPH_TIMING") != nullptr;
     c->attn_rows = getenv("SLUICE_CUDA_ATTN_ROWS") != nullptr;
     c->no_qk_fuse = getenv("SLUICE_CUDA_NO_QK_FUSE") != nullptr;

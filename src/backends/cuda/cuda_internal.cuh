@@ -209,6 +209,7 @@ struct cuda_backend {
     bool copy_marked;          /* copy_mark recorded and not yet waited for */
     bool copy_batch_open;      /* copy_guard recorded for the current batch */
     bool copies_unwaited;      /* copies queued that compute has not been made to wait for */
+    bool copies_since_mark;    /* copies queued since copy_mark was last recorded */
     /* the copies of the open batch, issued together at its end (copy_flush): one
      * cudaMemcpyBatchAsync instead of a call each; SLUICE_CUDA_COPY_BATCH=0 issues them one by one */
     std::vector<void *> cp_dst;
@@ -254,6 +255,9 @@ struct cuda_backend {
     bool profile;
     cudaEvent_t ev0, ev1;
     std::vector<prof_entry> prof;
+    bool host_prof;            /* SLUICE_CUDA_HOST_PROF: prof holds the host's time per op */
+    int hp_depth;
+    double hp_t0;
     /* SLUICE_CUDA_GRAPH_TIMING: the device time of graph replays against the host's time for
      * the whole replay call (inputs, launch, wait, logits copy), printed at exit */
     bool graph_timing;
