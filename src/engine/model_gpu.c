@@ -12,6 +12,7 @@
 #include "engine/error.h"
 #include "engine/model_gpu.h"
 #include "models/model.h"
+#include "models/state.h"
 #include "runtime/experts_gpu.h"
 #ifdef SLUICE_HAVE_CUDA
 #include <stdlib.h>
@@ -34,6 +35,9 @@ void model_gpu_facts(const sluice_model *m, plan_model_facts *f) {
     f->gpu_slot_bytes = expert_gpu_slot_bytes(&m->layout);
     /* --gpus (cuda_ep.cu): rows sent, outputs returned and rows received per slot */
     if (m->params.gpus > 0) f->gpu_scratch_per_token += 4 * k * (3 * E + 2);
+    /* streamed with misses copied after routing: the router lookahead's folded routers */
+    if (m->params.gpu_miss != SLUICE_GPU_MISS_ZEROCOPY && !m->params.no_prefetch)
+        f->gpu_look_bytes = moe_lookahead_bytes(m);
 }
 
 #ifndef SLUICE_HAVE_CUDA
@@ -238,6 +242,10 @@ int model_gpu_bind(sluice_model *m, const char *label) {
                            .look_max = look_max_env()};
     m->experts = expert_store_gpu_new(&gp, err, sizeof err);
     if (!m->experts) {
+        sluice_set_error("%s: %s", label, err);
+        return -1;
+    }
+    if (!resident && m->facts.gpu_look_bytes > 0 && moe_lookahead_bind(m, err, sizeof err) != 0) {
         sluice_set_error("%s: %s", label, err);
         return -1;
     }

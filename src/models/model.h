@@ -59,6 +59,9 @@ typedef struct layer_weights {
     tview ffn_gate_inp;               /* MoE router [n_embd -> n_expert] */
     /* shared expert behind a sigmoid gate (qwen35moe, qwen3next): see moe_forward */
     tview ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    /* streamed on a device: the next MoE layer's router folded for this layer's input, so the
+     * router lookahead runs in this layer's router launch (moe_lookahead_bind); else absent */
+    tview ffn_look;
     /* hybrid models: a Gated DeltaNet layer instead of attention (wq doubles as query+gate) */
     bool recurrent;
     ssm_weights ssm;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "engine/error.h"
+#include "formats/quant.h"
 #include "models/state.h"
 #include "runtime/watchdog.h"
 
@@ -43,13 +44,15 @@ struct moe_scratch {
     float *w_h;       /* host copy of their weights (route callback) */
     float *x_h;       /* host copy of the layer's input (moe_experts_host) [<= 8][n_embd] */
     int32_t *rows_h;  /* (token * k + slot) entries routed to one expert */
-    int32_t *look_h;  /* host copy of the lookahead's top-k */
     float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
-    float *look_r;    /* lookahead: router logits [n_batch][n_expert] (backend memory) */
-    int32_t *look_ids; /* [2][n_batch][k] (backend memory): a copy of the layer's routed ids,
-                        * then the lookahead's top-k (at n * k), so one read-back brings both */
-    int32_t *pair_h;   /* host copy of that pair [2][n_batch][k] */
-    float *look_w;
+    float *look_r;    /* lookahead: router logits of a batch ranked on the backend (backend memory) */
+    float *look_w;    /* lookahead: their weights (unused; moe_route writes them) */
+    int32_t *look_pair; /* backend memory: a streamed device layer's routed ids [n][k] at 0 (its
+                         * moe_route writes them there), then at look_off(n, k) (int32-sized units)
+                         * the lookahead's result (look_result), so that one read-back brings both */
+    void *pair_h;     /* host copy of look_pair */
+    float *look_l;    /* host: the lookahead's logits [n][n_expert] (look_host_ranks), else */
+    int32_t *look_h;  /* its top-k [n][k] */
     int32_t *pred;    /* predicted experts of pred_layer [n_expert] */
     int n_pred, pred_layer;
     int32_t *step_ids; /* moe_step_collect: all layers' ids of a pass, then (route callback)
@@ -84,17 +87,30 @@ void moe_state_release(model_state *st) {
     free(x->w_h);
     free(x->x_h);
     free(x->rows_h);
-    free(x->look_h);
     free(x->pair_h);
+    free(x->look_l);
+    free(x->look_h);
     state_release(st->be, x->look_x);
     state_release(st->be, x->look_r);
-    state_release(st->be, x->look_ids);
     state_release(st->be, x->look_w);
+    state_release(st->be, x->look_pair);
     state_release(st->be, x->step_ids);
     free(x->step_h);
     free(x->pred);
     free(x);
     st->moe_extra = NULL;
+}
+
+/* The lookahead ranks a decode batch's logits on the host (a few hundred values a token: less
+ * host time than a routing launch costs) and a larger batch's on the backend (512 tokens x 256
+ * logits took the host 0.4 ms a layer). */
+#define MOE_LOOK_HOST_TOKENS 8
+static bool look_host_ranks(size_t n) { return n <= MOE_LOOK_HOST_TOKENS; }
+/* Where the lookahead's result starts in look_pair (int32-sized units): after the layer's ids,
+ * 256-byte aligned for the device's stores; and the bytes up to its end. */
+static size_t look_off(size_t n, size_t k) { return (n * k + 63) / 64 * 64; }
+static size_t look_pair_bytes(size_t n, size_t k, size_t n_expert) {
+    return (look_off(n, k) + n * (look_host_ranks(n) ? n_expert : k)) * 4;
 }
 
 static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
@@ -111,14 +127,15 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     /* moe_experts_host's input rows: decode batches only (at most MOE_HOST_MAX_TOKENS) */
     x->x_h = malloc((B < MOE_HOST_MAX_TOKENS ? B : MOE_HOST_MAX_TOKENS) * (size_t)hp->n_embd * sizeof *x->x_h);
     x->rows_h = malloc(B * K * sizeof *x->rows_h);
+    x->pair_h = malloc(look_off(B, K) * 4 + B * (X > K ? X : K) * 4);
+    x->look_l = malloc((B < MOE_LOOK_HOST_TOKENS ? B : MOE_LOOK_HOST_TOKENS) * X * sizeof *x->look_l);
     x->look_h = malloc(B * K * sizeof *x->look_h);
-    x->pair_h = malloc(2 * B * K * sizeof *x->pair_h);
     x->pred = malloc(X * sizeof *x->pred);
     x->pred_layer = -1;
     x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
     x->shared_apart = getenv("SLUICE_MOE_SHARED_APART") && atoi(getenv("SLUICE_MOE_SHARED_APART")) > 0;
     st->moe_extra = x;
-    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->look_h || !x->pair_h || !x->pred) {
+    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->pair_h || !x->look_l || !x->look_h || !x->pred) {
         moe_state_release(st);
         return NULL;
     }
@@ -128,45 +145,146 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
 /* Router lookahead: apply the next MoE layer's norm and router to the residual stream as it is
  * now (after this layer's attention) and start reading the experts it would choose, so they
  * arrive while this layer's experts are multiplied. Only timing depends on it. In two halves:
- * lookahead_queue queues the routing (a device backend runs it with this layer's router, so one
- * wait for the host covers both), lookahead_issue reads it back and prefetches. */
-static bool lookahead_queue(const sluice_model *m, model_state *st, backend *be, int il, int n,
-                            struct moe_scratch *x) {
+ * lookahead_queue queues the norm, the router product and (a large batch) the routing into
+ * look_pair (a device runs them with this layer's router, so one wait for the host covers
+ * both), lookahead_issue prefetches the top-k, ranked on the host for a decode batch (softmax
+ * keeps the logits' order). lookahead_ready false: no lookahead from layer il. */
+static bool lookahead_ready(const sluice_model *m, backend *be, int il, struct moe_scratch *x) {
     const hparams *hp = &m->hp;
-    const int next = il + 1, k = hp->n_expert_used;
-    if (next >= hp->n_layer || !m->layers[next].ffn_gate_inp.data ||
-        !m->layout.layers[next].present)
+    const int next = il + 1;
+    if (next >= hp->n_layer || !m->layers[next].ffn_gate_inp.data || !m->layout.layers[next].present)
         return false;
     if (!x->look_x) { /* backend buffers on first use */
         const size_t B = (size_t)x->n_batch;
         x->look_x = state_alloc(be, B * (size_t)hp->n_embd * sizeof(float));
-        x->look_r = state_alloc(be, B * (size_t)hp->n_expert * sizeof(float));
-        x->look_ids = state_alloc(be, 2 * B * (size_t)k * sizeof(int32_t));
-        x->look_w = state_alloc(be, B * (size_t)k * sizeof(float));
-        if (!x->look_x || !x->look_r || !x->look_ids || !x->look_w) return false; /* timing only */
+        const size_t K = (size_t)hp->n_expert_used, X = (size_t)hp->n_expert;
+        x->look_r = state_alloc(be, B * X * sizeof(float));
+        x->look_w = state_alloc(be, B * K * sizeof(float));
+        x->look_pair = state_alloc(be, look_off(B, K) * 4 + B * (X > K ? X : K) * 4);
     }
-    const layer_weights *N = &m->layers[next];
-    be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
-    be_matmul(be, &N->ffn_gate_inp, x->look_x, n, x->look_r);
-    be_moe_route(be, x->look_r, n, hp->n_expert, k, false, x->look_ids + (size_t)n * k, x->look_w);
-    return true;
+    return x->look_x && x->look_r && x->look_w && x->look_pair; /* else no lookahead: timing only */
 }
 
-/* downloaded: look_h holds the lookahead's top-k already (read back with the layer's routing) */
-static void lookahead_issue(const sluice_model *m, backend *be, int il, int n, struct moe_scratch *x, bool downloaded) {
+/* after lookahead_ready: the next layer's norm and router product, and the routing of a batch
+ * the host does not rank; the result at look_off in look_pair */
+static void lookahead_queue(const sluice_model *m, model_state *st, backend *be, int il, int n,
+                            struct moe_scratch *x) {
     const hparams *hp = &m->hp;
-    const int next = il + 1, k = hp->n_expert_used;
-    if (!downloaded) be_download(be, x->look_h, x->look_ids + (size_t)n * k, (size_t)n * k * sizeof(int32_t));
-    memset(x->mark, 0, (size_t)hp->n_expert);
+    const layer_weights *N = &m->layers[il + 1];
+    const int k = hp->n_expert_used;
+    int32_t *result = x->look_pair + look_off((size_t)n, (size_t)k);
+    be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
+    if (look_host_ranks((size_t)n)) {
+        be_matmul(be, &N->ffn_gate_inp, x->look_x, n, (float *)result);
+    } else {
+        be_matmul(be, &N->ffn_gate_inp, x->look_x, n, x->look_r);
+        be_moe_route(be, x->look_r, n, hp->n_expert, k, false, result, x->look_w);
+    }
+}
+
+/* the host's copy of a lookahead result (its bytes at src) into look_l or look_h */
+static void lookahead_result(const sluice_model *m, int n, struct moe_scratch *x, const void *src) {
+    const size_t N = (size_t)n, w = look_host_ranks(N) ? (size_t)m->hp.n_expert : (size_t)m->hp.n_expert_used;
+    memcpy(look_host_ranks(N) ? (void *)x->look_l : (void *)x->look_h, src, N * w * 4);
+}
+
+/* The lookahead folded into the router launch. The lookahead wants the next layer's logits
+ * W_n · (rmsnorm(h) * g_n); the layer's router reads x = rmsnorm(h) * g, the same residual h
+ * and norm scale, so those logits are W' · x with W'[e][j] = W_n[e][j] * g_n[j] / g[j]
+ * (0 where g[j] = 0: that component is lost to the prediction, which only timing depends on).
+ * For a layer whose successor has a router and experts, with F32 norms and a router sluice can
+ * decode; W' is F32 host memory the device backend copies once (its own weights). */
+static bool look_foldable(const sluice_model *m, int il) {
+    const int next = il + 1;
+    if (!m->layout.layers || next >= m->layout.n_layer || next >= m->hp.n_layer || !m->layout.layers[il].present ||
+        !m->layout.layers[next].present || !m->layers)
+        return false;
+    const layer_weights *L = &m->layers[il], *N = &m->layers[next];
+    const quant_traits *t = N->ffn_gate_inp.data ? quant_traits_of(N->ffn_gate_inp.type) : NULL;
+    return L->ffn_gate_inp.data && t && t->dequantize && L->ffn_norm.data && N->ffn_norm.data &&
+           L->ffn_norm.type == GGML_TYPE_F32 && N->ffn_norm.type == GGML_TYPE_F32 &&
+           N->ffn_gate_inp.ne[0] == m->hp.n_embd && N->ffn_gate_inp.ne[1] == m->hp.n_expert &&
+           N->ffn_gate_inp.ne[0] % t->block_elems == 0;
+}
+
+uint64_t moe_lookahead_bytes(const sluice_model *m) {
+    uint64_t b = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (look_foldable(m, il)) b += (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_embd * sizeof(float);
+    return b;
+}
+
+int moe_lookahead_bind(sluice_model *m, char *err, size_t err_len) {
+    const int64_t E = m->hp.n_embd, X = m->hp.n_expert;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        if (!look_foldable(m, il)) continue;
+        const layer_weights *N = &m->layers[il + 1];
+        const float *g = m->layers[il].ffn_norm.data, *gn = N->ffn_norm.data;
+        float *w = malloc((size_t)(X * E) * sizeof *w);
+        if (!w || !ld_own(m, w)) { /* ld_own frees w when it cannot keep it */
+            snprintf(err, err_len, "out of memory for the router lookahead (layer %d)", il);
+            return -1;
+        }
+        const quant_traits *t = quant_traits_of(N->ffn_gate_inp.type);
+        for (int64_t e = 0; e < X; e++) {
+            float *row = w + e * E;
+            t->dequantize((const uint8_t *)N->ffn_gate_inp.data + (size_t)e * N->ffn_gate_inp.row_bytes, row, E);
+            for (int64_t j = 0; j < E; j++) row[j] = g[j] != 0.0f ? row[j] * (gn[j] / g[j]) : 0.0f;
+        }
+        tview *v = &m->layers[il].ffn_look;
+        memset(v, 0, sizeof *v);
+        v->type = GGML_TYPE_F32;
+        v->ne[0] = E;
+        v->ne[1] = X;
+        v->ne[2] = v->ne[3] = 1;
+        v->row_bytes = (size_t)E * sizeof(float);
+        v->mat_bytes = v->row_bytes * (size_t)X;
+        v->data = w;
+        v->name = "ffn_look";
+    }
+    return 0;
+}
+
+/* Whether a is ranked before b (higher logit; NaN last; ties to the lower id). */
+static bool look_before(float a, int ia, float b, int ib) {
+    if (isnan(b)) return !isnan(a) || ia < ib;
+    if (isnan(a)) return false;
+    return a > b || (a == b && ia < ib);
+}
+
+/* Prefetch the next layer's top-k: look_h, or ranked here from the logits look_l. */
+static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scratch *x) {
+    const hparams *hp = &m->hp;
+    const int next = il + 1, X = hp->n_expert;
+    const int k = hp->n_expert_used < 64 ? hp->n_expert_used : 64; /* a prediction: 64 at most */
+    memset(x->mark, 0, (size_t)X);
     x->n_pred = 0;
-    for (int i = 0; i < n * k; i++) {
+    for (int i = 0; !look_host_ranks((size_t)n) && i < n * hp->n_expert_used; i++) {
         const int32_t e = x->look_h[i];
-        if (!x->mark[e]) {
+        if (e >= 0 && e < X && !x->mark[e]) {
             x->mark[e] = 1;
             x->pred[x->n_pred++] = e;
         }
     }
-    memset(x->mark, 0, (size_t)hp->n_expert);
+    for (int t = 0; look_host_ranks((size_t)n) && t < n; t++) {
+        const float *l = x->look_l + (size_t)t * X;
+        int top[64], nt = 0; /* ids in rank order */
+        for (int e = 0; e < X; e++) {
+            if (nt == k && !look_before(l[e], e, l[top[k - 1]], top[k - 1])) continue;
+            int j = nt < k ? nt++ : k - 1;
+            while (j > 0 && look_before(l[e], e, l[top[j - 1]], top[j - 1])) {
+                top[j] = top[j - 1];
+                j--;
+            }
+            top[j] = e;
+        }
+        for (int j = 0; j < nt; j++)
+            if (!x->mark[top[j]]) {
+                x->mark[top[j]] = 1;
+                x->pred[x->n_pred++] = top[j];
+            }
+    }
+    memset(x->mark, 0, (size_t)X);
     x->pred_layer = next;
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
 }
@@ -234,28 +352,37 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const int k = hp->n_expert_used, E = hp->n_embd;
     struct moe_scratch *xs = scratch_of(m, st);
     if (!xs) return -1;
-    /* each layer routes into its own slice, so a step's routing can be read back afterwards */
-    int32_t *ids = st->moe_ids + (size_t)il * st->n_batch * k;
+    const bool table = be_has_expert_table(be) && m->experts->device_table;
+    const bool prep = table && layer_prep(m, n);
+    const bool look = m->experts->streaming && !m->params.no_prefetch && (!table || prep);
+    /* a device backend queues the lookahead with the layer's router, so the host waits once
+     * for both: the layer's ids then go to look_pair, beside the lookahead's logits; the CPU
+     * computes the lookahead after the demand reads are issued */
+    const bool look_early = look && prep && lookahead_ready(m, be, il, xs);
+    /* each layer routes into its own slice, so a step's routing can be read back afterwards
+     * (moe_step_collect: a pass that does not bring the routing to the host in every layer) */
+    int32_t *ids = look_early ? xs->look_pair : st->moe_ids + (size_t)il * st->n_batch * k;
     float *wts = st->moe_w + (size_t)il * st->n_batch * k;
 
     const bool shared = L->ffn_up_shexp.data != NULL;
-    if (shared && L->ffn_gate_inp_shexp.data) { /* the router and the shared expert's gate */
-        const tview *w[2] = {&L->ffn_gate_inp, &L->ffn_gate_inp_shexp};
-        float *o[2] = {st->router, st->shexp_gate};
-        be_matmul_multi(be, 2, w, x, n, o);
-    } else {
-        be_matmul(be, &L->ffn_gate_inp, x, n, st->router);
+    /* the router, the shared expert's gate and (folded, moe_lookahead_bind) the lookahead's
+     * router in one launch */
+    const bool look_fold = look_early && look_host_ranks((size_t)n) && L->ffn_look.data;
+    {
+        const tview *w[3];
+        float *o[3];
+        int nw = 0;
+        w[nw] = &L->ffn_gate_inp, o[nw++] = st->router;
+        if (shared && L->ffn_gate_inp_shexp.data) w[nw] = &L->ffn_gate_inp_shexp, o[nw++] = st->shexp_gate;
+        if (look_fold) w[nw] = &L->ffn_look, o[nw++] = (float *)(xs->look_pair + look_off((size_t)n, (size_t)k));
+        if (nw == 1) be_matmul(be, w[0], x, n, o[0]);
+        else be_matmul_multi(be, nw, w, x, n, o);
     }
     be_moe_route(be, st->router, n, hp->n_expert, k, hp->norm_topk, ids, wts);
-    const bool table = be_has_expert_table(be) && m->experts->device_table;
-    const bool prep = table && layer_prep(m, n);
     /* every expert resident on the device: its table entries are final now, so the device may
      * start fetching the routed experts' weights while the shared expert runs */
     if (table && !m->experts->streaming) be_moe_prefetch(be, il, ids, n, k);
-    const bool look = m->experts->streaming && !m->params.no_prefetch && (!table || prep);
-    /* a device backend routes for the lookahead now, so the host waits once for both routings;
-     * the CPU computes it after the demand reads are issued */
-    const bool look_early = look && prep && lookahead_queue(m, st, be, il, n, xs);
+    if (look_early && !look_fold) lookahead_queue(m, st, be, il, n, xs);
 
     /* The expert table (device backends) needs the routing on the host only to prepare a
      * streaming cache layer by layer; the CPU path always does. Without the host in the layer,
@@ -274,13 +401,11 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
     const double t0 = timed ? moe_now() : 0;
     double t1 = t0, t2 = t0, tl = t0;
-    if (host && look_early) {
-        /* the layer's ids beside the lookahead's, one read-back (one wait for the device) */
-        const size_t nk = (size_t)n * k;
-        be_copy_rows(be, (float *)xs->look_ids, nk, (const float *)ids, nk, 1, (int)nk); /* bits moved as floats */
-        be_download(be, xs->pair_h, xs->look_ids, 2 * nk * sizeof(int32_t));
+    if (host && look_early) { /* the layer's ids and the lookahead's logits: one read-back */
+        const size_t nk = (size_t)n * k, X = (size_t)hp->n_expert;
+        be_download(be, xs->pair_h, xs->look_pair, look_pair_bytes((size_t)n, (size_t)k, X));
         memcpy(xs->ids_h, xs->pair_h, nk * sizeof(int32_t));
-        memcpy(xs->look_h, xs->pair_h + nk, nk * sizeof(int32_t));
+        lookahead_result(m, n, xs, (const char *)xs->pair_h + look_off((size_t)n, (size_t)k) * 4);
     } else if (host) {
         be_download(be, xs->ids_h, ids, (size_t)n * k * sizeof(int32_t));
     }
@@ -321,8 +446,15 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             if (host_split) m->experts->ops->prefetch_host(m->experts, il, xs->need, n_need, m->experts->host_max);
             else expert_prefetch(m->experts, il, xs->need, n_need, true);
             if (timed) tl = moe_now();
-            if (look_early) lookahead_issue(m, be, il, n, xs, true);
-            else if (look && lookahead_queue(m, st, be, il, n, xs)) lookahead_issue(m, be, il, n, xs, false);
+            if (look_early) {
+                lookahead_issue(m, il, n, xs);
+            } else if (look && lookahead_ready(m, be, il, xs)) {
+                lookahead_queue(m, st, be, il, n, xs);
+                const size_t off = look_off((size_t)n, (size_t)k);
+                be_download(be, xs->pair_h, xs->look_pair + off, look_pair_bytes((size_t)n, (size_t)k, hp->n_expert) - off * 4);
+                lookahead_result(m, n, xs, xs->pair_h);
+                lookahead_issue(m, il, n, xs);
+            }
         }
         if (timed) {
             t2 = moe_now();

@@ -71,6 +71,13 @@ void model_output_logits(const sluice_model *m, model_state *st, backend *be, co
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                 int n, float *out, float *residual, const tview *next_norm, float *next_out);
 
+/* A streaming device store with the router lookahead (copy path): fold each MoE layer's
+ * successor's router for that layer's input (layer_weights.ffn_look), so that a decode layer's
+ * lookahead costs no launch of its own. Bytes it takes: moe_lookahead_bytes (planned with the
+ * dense tensors). 0, or -1 with err (out of memory). */
+uint64_t moe_lookahead_bytes(const sluice_model *m);
+int moe_lookahead_bind(sluice_model *m, char *err, size_t err_len);
+
 /* True when the MoE layers need nothing from the host during a forward pass (the expert table
  * is complete and no layer-by-layer cache fills it): a device backend may then capture the
  * whole pass as a graph and replay it. */

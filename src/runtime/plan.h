@@ -37,6 +37,9 @@ typedef struct plan_model_facts {
      * expert slot (runtime/plan_gpu.c) */
     uint64_t gpu_scratch_per_token, gpu_scratch_fixed;
     uint64_t gpu_slot_bytes;
+    /* streamed on the device only: the router lookahead's folded routers (models/moe.c
+     * moe_lookahead_bind), kept in VRAM with the dense tensors */
+    uint64_t gpu_look_bytes;
 } plan_model_facts;
 
 typedef struct plan_machine_facts {

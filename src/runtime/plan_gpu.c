@@ -3,7 +3,8 @@
  * Budget = --gpu-budget (capped at the free device memory; a smaller value emulates a smaller
  * GPU), else the free device memory; a reserve of max(512 MiB, 5%) stays free for the CUDA
  * context, graphs and fragmentation. Components on the device:
- *   weights   resident: the whole file (one upload); stream: the dense tensors
+ *   weights   resident: the whole file (one upload); stream: the dense tensors (and the router
+ *             lookahead's folded routers, gpu_look_bytes)
  *   cache     stream: slots x slot bytes of VRAM expert cache
  *   kv        KV cache for the planned context plus the recurrent state
  *   scratch   activations and device work buffers for a batch
@@ -99,8 +100,8 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
         return;
     }
     p->gpu_mode = SLUICE_MODE_STREAM;
-    p->vram_weights = m->dense_bytes;
-    const uint64_t base = m->dense_bytes + common;
+    p->vram_weights = m->dense_bytes + m->gpu_look_bytes;
+    const uint64_t base = p->vram_weights + common;
     const uint64_t room = usable > base ? usable - base : 0;
     const uint64_t target = (uint64_t)m->n_moe_layers * (uint64_t)m->n_expert;
     uint64_t slots;
@@ -184,7 +185,9 @@ int plan_format_gpu(const plan *p, const plan_model_facts *m, bool json, char *b
         p->gpu_budget_source ? p->gpu_budget_source : "?");
     put(&o, "  %-16s %12s\n", "gpu reserve", sz(p->gpu_reserve, b1));
     put(&o, "  %-16s %12s  (%s)\n", "vram weights", sz(p->vram_weights, b1),
-        p->gpu_mode == SLUICE_MODE_STREAM ? "dense tensors" : "whole file");
+        p->gpu_mode != SLUICE_MODE_STREAM ? "whole file"
+        : m->gpu_look_bytes > 0            ? "dense tensors + lookahead routers"
+                                           : "dense tensors");
     if (p->gpu_mode == SLUICE_MODE_STREAM) {
         put(&o, "  %-16s %12s  (%d slots of %.2f MiB; floor %d)\n", "vram expert cache",
             sz(p->vram_cache, b1), p->gpu_slots, (double)m->gpu_slot_bytes / (1024.0 * 1024.0),

@@ -225,6 +225,25 @@ static void test_gpu(void) {
     /* one slot more would not fit */
     CHECK(p.vram_total + m.gpu_slot_bytes + p.gpu_reserve > p.gpu_budget);
 
+    /* the router lookahead's folded routers are planned with the dense tensors (stream only):
+     * the cache gives up the slots they take */
+    {
+        plan q = p; /* the host side as planned above */
+        plan_model_facts ml = m;
+        ml.gpu_look_bytes = 39ull * 256 * 2048 * 4; /* 39 folds of a 256 x 2048 F32 router */
+        plan_compute_gpu(&ml, &mc, &r, &q);
+        CHECK(q.gpu_ok && q.gpu_mode == SLUICE_MODE_STREAM && q.vram_weights == m.dense_bytes + ml.gpu_look_bytes);
+        CHECK(q.vram_total + q.gpu_reserve <= q.gpu_budget && q.vram_total + ml.gpu_slot_bytes + q.gpu_reserve > q.gpu_budget);
+        CHECK(q.gpu_slots < p.gpu_slots && q.gpu_slots >= p.gpu_slots - (int)(ml.gpu_look_bytes / ml.gpu_slot_bytes) - 1);
+        char buf[4096];
+        plan_format_gpu(&q, &ml, false, buf, sizeof buf);
+        CHECK(strstr(buf, "dense tensors + lookahead routers") != NULL);
+        r.gpu_budget = 500 * GiB; /* resident: the whole file, no lookahead */
+        plan_compute_gpu(&ml, &mc, &r, &q);
+        CHECK(q.gpu_mode == SLUICE_MODE_RESIDENT && q.vram_weights == ml.file_bytes);
+        r.gpu_budget = 8 * GiB;
+    }
+
     /* a budget above the free memory is capped at it */
     r.gpu_budget = 500 * GiB;
     plan_compute_gpu(&m, &mc, &r, &p);
