@@ -297,6 +297,11 @@ typedef struct backend_ops {
     void (*copy_async)(backend *b, void *dst, const void *src, size_t bytes);
     void (*copy_end)(backend *b, bool mark);
     void (*copy_wait)(backend *b);
+    /* Optional (NULL: copies keep the rule above). copy_fence(b, true): the next batch's copies
+     * may start once the work queued so far is done, even when more work is queued before the
+     * batch's first copy; the caller promises that this later work reads none of the batch's
+     * destinations. copy_fence(b, false) drops a fence no batch used. */
+    void (*copy_fence)(backend *b, bool on);
     /* Wait for all queued work. */
     void (*sync)(backend *b);
     /* CUDA graphs of decode steps: graph_replay launches the graph captured under key for these
@@ -439,6 +444,9 @@ static inline void be_download(backend *b, void *dst, const void *src, size_t by
 }
 static inline void be_memzero(backend *b, void *dst, size_t bytes) {
     b->ops->memzero(b, dst, bytes);
+}
+static inline void be_copy_fence(backend *b, bool on) {
+    if (b->ops->copy_fence) b->ops->copy_fence(b, on);
 }
 static inline void be_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src,
                                 size_t src_stride, int n_rows, int width) {

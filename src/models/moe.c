@@ -64,6 +64,7 @@ struct moe_scratch {
     double t_wait, t_issue, t_look, t_total; /* seconds: routing read-back, copies issued (of which
                                               * the lookahead's), whole layer */
     bool shared_apart; /* SLUICE_MOE_SHARED_APART (measurement): see shared_in in moe_forward */
+    bool look_in_order; /* SLUICE_MOE_LOOK_IN_ORDER (measurement): see look_late in moe_forward */
 };
 
 static double moe_now(void) {
@@ -134,6 +135,7 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->pred_layer = -1;
     x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
     x->shared_apart = getenv("SLUICE_MOE_SHARED_APART") && atoi(getenv("SLUICE_MOE_SHARED_APART")) > 0;
+    x->look_in_order = getenv("SLUICE_MOE_LOOK_IN_ORDER") && atoi(getenv("SLUICE_MOE_LOOK_IN_ORDER")) > 0;
     st->moe_extra = x;
     if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->pair_h || !x->look_l || !x->look_h || !x->pred) {
         moe_state_release(st);
@@ -397,6 +399,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
      * (bench/results/2026-12-01-cuda-stream3.md). */
     const bool shared_in = shared && prep && n <= MOE_HOST_MAX_TOKENS && !host_split && !xs->shared_apart &&
                            be->ops->moe_experts_shared;
+    /* set below: the lookahead waits until the layer's experts are launched (look_late) */
+    bool look_late = false;
     int n_need = 0;
     const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
     const double t0 = timed ? moe_now() : 0;
@@ -443,11 +447,18 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         }
         memset(xs->mark, 0, (size_t)hp->n_expert);
         if (m->experts->streaming) {
+            const uint64_t reads0 = m->experts->stats.reads;
             if (host_split) m->experts->ops->prefetch_host(m->experts, il, xs->need, n_need, m->experts->host_max);
             else expert_prefetch(m->experts, il, xs->need, n_need, true);
             if (timed) tl = moe_now();
+            /* A decode layer whose experts were all cached: the device, not the bus, waits for
+             * the host now, so the layer's experts are launched before the lookahead is issued
+             * (its copies still overlap them: copy_fence). When the demand queued copies, the
+             * lookahead's follow them at once, so that the bus does not idle in between. */
+            look_late = look_early && !host_split && n <= MOE_HOST_MAX_TOKENS && m->experts->stats.reads == reads0 &&
+                        !xs->look_in_order;
             if (look_early) {
-                lookahead_issue(m, il, n, xs);
+                if (!look_late) lookahead_issue(m, il, n, xs);
             } else if (look && lookahead_ready(m, be, il, xs)) {
                 lookahead_queue(m, st, be, il, n, xs);
                 const size_t off = look_off((size_t)n, (size_t)k);
@@ -513,6 +524,10 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     } else if (merged) {
         /* the routed experts are done too */
     } else if (table) {
+        /* the lookahead's copies may start once the work queued so far is done, beside this
+         * layer's experts: they never overwrite a slot the layer reads (pinned until the
+         * releases below, after the lookahead) */
+        if (look_late) be_copy_fence(be, true);
         /* a layer-by-layer cache (re)points the table's entries at the slots it acquired */
         int acquired = 0;
         for (; acquired < n_need; acquired++) {
@@ -538,6 +553,12 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
                 }
                 rc = be->ops->moe_experts(be, il, x, n, ids, wts, k, out);
             }
+        }
+        if (look_late) {
+            const double tx = timed ? moe_now() : 0;
+            if (rc == 0) lookahead_issue(m, il, n, xs);
+            be_copy_fence(be, false);
+            if (timed) xs->t_look += moe_now() - tx;
         }
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;

@@ -259,10 +259,25 @@ static expert_store *new_store_host(bool zerocopy, bool defer, int n_slots, int 
     return s;
 }
 
+/* The lookahead's prefetch of layer L + 1 during layer L, whose needed experts are in slot[]. */
+static void lookahead(expert_store *s, fake_be *f, int L, const int32_t *need, int n, const int *slot,
+                      const int32_t *pred, int n_pred) {
+    if (n_pred <= 0) return;
+    const uint64_t c0 = f->copies;
+    expert_prefetch(s, L + 1, pred, n_pred, false);
+    /* its copies overlap this layer's kernels: not marked (and the fake holds them) */
+    if (f->defer && f->copies > c0) CHECK(f->n_pending > f->n_marked);
+    for (int k = 0; k < n; k++) /* nor do they touch the demand in progress */
+        CHECKF(slot_at(f, f->table[L][need[k]][EXPERT_GATE]) == slot[k] && !unmarked(f, slot[k]),
+               "lookahead of layer %d evicted (%d,%d)", L + 1, L, need[k]);
+}
+
 /* One layer as moe.c runs it with the routing on the host: demand prefetch, the lookahead's
- * prefetch of the next layer, acquire every needed expert, the kernel, release. */
+ * prefetch of the next layer, acquire every needed expert, the kernel, release; or (look_after:
+ * a streamed device decode layer whose demand copied nothing) the lookahead after the kernel's
+ * launch, while the layer's experts are still pinned, so its copies may overlap the kernel. */
 static void run_layer(expert_store *s, fake_be *f, int L, const int32_t *need, int n,
-                      const int32_t *pred, int n_pred, uint64_t *acquires) {
+                      const int32_t *pred, int n_pred, bool look_after, uint64_t *acquires) {
     int slot[NE], hits = 0;
     for (int k = 0; k < n; k++) /* cached, maybe still being copied (a lookahead) */
         hits += slot_at(f, f->table[L][need[k]][EXPERT_GATE]) >= 0;
@@ -275,16 +290,7 @@ static void run_layer(expert_store *s, fake_be *f, int L, const int32_t *need, i
         CHECKF(slot[k] >= 0, "layer %d expert %d not cached by its demand prefetch", L, need[k]);
         CHECK(!unmarked(f, slot[k]));
     }
-    if (n_pred > 0) {
-        const uint64_t c0 = f->copies;
-        expert_prefetch(s, L + 1, pred, n_pred, false);
-        /* its copies overlap this layer's kernels: not marked (and the fake holds them) */
-        if (f->defer && f->copies > c0) CHECK(f->n_pending > f->n_marked);
-        for (int k = 0; k < n; k++) /* nor do they touch the demand in progress */
-            CHECKF(slot_at(f, f->table[L][need[k]][EXPERT_GATE]) == slot[k] &&
-                       !unmarked(f, slot[k]),
-                   "lookahead of layer %d evicted (%d,%d)", L + 1, L, need[k]);
-    }
+    if (!look_after) lookahead(s, f, L, need, n, slot, pred, n_pred);
     for (int k = 0; k < n; k++) {
         expert_views v;
         CHECKF(expert_acquire(s, L, need[k], &v) == 0, "%s", sluice_last_error());
@@ -301,6 +307,11 @@ static void run_layer(expert_store *s, fake_be *f, int L, const int32_t *need, i
     }
     for (int k = 0; k < n; k++) /* the kernel reads the table */
         CHECKF(entry_slot(f, L, need[k]) == slot[k], "kernel of layer %d, expert %d", L, need[k]);
+    if (look_after) {
+        lookahead(s, f, L, need, n, slot, pred, n_pred);
+        for (int k = 0; k < n; k++) /* the kernel, still running, reads the same slots */
+            CHECKF(entry_slot(f, L, need[k]) == slot[k], "kernel of layer %d, expert %d", L, need[k]);
+    }
     for (int k = 0; k < n; k++) expert_release(s, L, need[k]);
     CHECKF(s->stats.hits - hits0 == (uint64_t)hits, "layer %d: %llu hits, the table had %d", L,
            (unsigned long long)(s->stats.hits - hits0), hits);
@@ -348,7 +359,7 @@ static void run_stream(bool zerocopy, bool defer, int steps, run_result *r) {
                         if (!known) pred[0] = x;
                     }
                 }
-                run_layer(s, f, L, need[L], n[L], pred, n_pred, &acquires);
+                run_layer(s, f, L, need[L], n[L], pred, n_pred, (step + L) % 2 == 1, &acquires);
             }
         } else {
             int32_t ids[NL][8];

@@ -496,7 +496,8 @@ static void op_copy_async(backend *b, void *dst, const void *src, size_t bytes) 
     if (!c->copy_batch_open) { /* the destination slots may be read by compute queued so far */
         /* The table's pending updates (the victims' entries) need not be queued first: only the
          * expert kernels read entries, and they flush the table before they launch. */
-        CU(cudaEventRecord(c->copy_guard, c->stream));
+        if (!c->copy_fenced) CU(cudaEventRecord(c->copy_guard, c->stream)); /* else: at the fence */
+        c->copy_fenced = false;
         CU(cudaStreamWaitEvent(c->copy_stream, c->copy_guard, 0));
         c->copy_batch_open = true;
     }
@@ -564,6 +565,16 @@ static void op_copy_end(backend *b, bool mark) {
     CU(cudaEventRecord(c->copy_mark, c->copy_stream));
     c->copy_marked = true;
     c->copies_since_mark = false;
+}
+
+/* The next batch waits for the compute queued up to here only (backend.h): a streamed decode
+ * layer's lookahead, issued after the layer's expert launches, then overlaps them. */
+static void op_copy_fence(backend *b, bool on) {
+    cuda_backend *c = CB(b);
+    c->copy_fenced = false;
+    if (!on || c->capturing || c->copy_batch_open) return;
+    CU(cudaEventRecord(c->copy_guard, c->stream));
+    c->copy_fenced = true;
 }
 
 static void op_copy_wait(backend *b) {
@@ -933,6 +944,7 @@ static backend_ops make_ops() {
     o.copy_async = op_copy_async;
     o.copy_end = op_copy_end;
     o.copy_wait = op_copy_wait;
+    o.copy_fence = op_copy_fence;
     o.sync = op_sync;
     o.graph_replay = op_graph_replay;
     o.capture_begin = op_capture_begin;

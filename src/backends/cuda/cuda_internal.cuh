@@ -208,6 +208,7 @@ struct cuda_backend {
     cudaEvent_t copy_mark;     /* the copies up to the last copy_end(mark) */
     bool copy_marked;          /* copy_mark recorded and not yet waited for */
     bool copy_batch_open;      /* copy_guard recorded for the current batch */
+    bool copy_fenced;          /* copy_guard recorded early for the next batch (op_copy_fence) */
     bool copies_unwaited;      /* copies queued that compute has not been made to wait for */
     bool copies_since_mark;    /* copies queued since copy_mark was last recorded */
     /* the copies of the open batch, issued together at its end (copy_flush): one
