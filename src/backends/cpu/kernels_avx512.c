@@ -352,6 +352,166 @@ static float dot_iq2_xs_512(int64_t n, const void *w, const void *a) {
     return 0.125f * sumf;
 }
 
+/* IQ2_XS with the grid looked up in registers. Each grid entry's eight bytes take three values
+ * (8, 25, 43), so an entry is eight 2-bit codes: 512 x 16 bits, sixteen zmm registers. A super-
+ * block's 32 grid indices are looked up by eight two-table word permutes (index bits 0-5) and a
+ * select tree on bits 6-8; each output vector (two groups, 64 values) then takes its eight codes
+ * (one per qword, by a word permute), shifts the four words of a qword by 0, 4, 8, 12 so that
+ * word k holds the codes of values 2k and 2k + 1 in its low nibble, spreads them to the two
+ * bytes and maps codes to magnitudes with one vpshufb. Signs, scales, integer sums and the float
+ * step are dot_iq2_xs_512's; the scalar grid loads and vector inserts it spends most of its time
+ * on are gone. */
+static uint16_t iq2xs_codes[512];
+static uint16_t iq3xxs_codes[256];
+
+/* The code of byte b among the grid's sorted byte values lut[0..nv), or -1. */
+static int grid_code(const uint8_t *lut, int nv, uint8_t b) {
+    for (int i = 0; i < nv; i++)
+        if (lut[i] == b) return i;
+    return -1;
+}
+
+/* Both code tables; false (the grids are not what the register kernels expect: they stay
+ * unused) unless IQ2_XS's bytes take exactly 8, 25, 43 and IQ3_XXS's the eight values of lut3. */
+static const uint8_t lut2[4] = {8, 25, 43, 0}, lut3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+static bool iq_codes_init(void) {
+    for (int e = 0; e < 512; e++) {
+        uint16_t c = 0;
+        for (int j = 0; j < 8; j++) {
+            const int k = grid_code(lut2, 3, (uint8_t)(quant_iq2xs_grid[e] >> (8 * j)));
+            if (k < 0) return false;
+            c |= (uint16_t)(k << (2 * j));
+        }
+        iq2xs_codes[e] = c;
+    }
+    for (int e = 0; e < 256; e++) {
+        uint16_t c = 0;
+        for (int j = 0; j < 4; j++) {
+            const int k = grid_code(lut3, 8, (uint8_t)(quant_iq3xxs_grid[e] >> (8 * j)));
+            if (k < 0) return false;
+            c |= (uint16_t)(k << (3 * j));
+        }
+        iq3xxs_codes[e] = c;
+    }
+    return true;
+}
+
+/* 32 word indices (< 256) into iq3xxs_codes: four two-table permutes and a select on bits 6, 7 */
+static inline __m512i iq3_lookup(__m512i idx) {
+    const uint16_t *t = iq3xxs_codes;
+    const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx,
+                                                 _mm512_loadu_si512((const void *)(t + 32)));
+    const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 64)), idx,
+                                                 _mm512_loadu_si512((const void *)(t + 96)));
+    const __m512i p2 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 128)), idx,
+                                                 _mm512_loadu_si512((const void *)(t + 160)));
+    const __m512i p3 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 192)), idx,
+                                                 _mm512_loadu_si512((const void *)(t + 224)));
+    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+    return _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(128)),
+                                   _mm512_mask_blend_epi16(b6, p0, p1), _mm512_mask_blend_epi16(b6, p2, p3));
+}
+
+/* IQ3_XXS the same way: 256 entries of four 3-bit codes (the bytes 4, 12, ..., 52, 62) in eight
+ * registers; each output vector (two groups) takes its sixteen codes, one per dword, in both
+ * words, shifts the high word by 6 (codes 2 and 3), spreads each word's two codes to its bytes.
+ * Signs, scales, sums and the float step are dot_iq3_xxs_512's. */
+static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    const __m512i shifts = _mm512_set1_epi32(0x00060000), m7 = _mm512_set1_epi16(7), m700 = _mm512_set1_epi16(0x700);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 12, 20, 28, 36, 44, 52, 62, 0, 0, 0, 0, 0, 0, 0, 0));
+    float sumf = 0.0f;
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
+        const int8_t *q8 = (const int8_t *)(y + 4);
+        const __m512i c01 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 2))), c23 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 34)));
+        uint32_t sg[8], sc[8];
+        iq3_xxs_signs(x, sg, sc);
+        const __m512i S = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc));
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            /* dword l: the code of index 16r + l in both words */
+            const int b = 16 * (r & 1);
+            const __m512i rep = _mm512_setr_epi32(0x10001 * (b + 0), 0x10001 * (b + 1), 0x10001 * (b + 2), 0x10001 * (b + 3),
+                                                  0x10001 * (b + 4), 0x10001 * (b + 5), 0x10001 * (b + 6), 0x10001 * (b + 7),
+                                                  0x10001 * (b + 8), 0x10001 * (b + 9), 0x10001 * (b + 10), 0x10001 * (b + 11),
+                                                  0x10001 * (b + 12), 0x10001 * (b + 13), 0x10001 * (b + 14), 0x10001 * (b + 15));
+            const __m512i wv = _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, r < 2 ? c01 : c23), shifts);
+            const __m512i cb = _mm512_or_si512(_mm512_and_si512(wv, m7), _mm512_and_si512(_mm512_slli_epi16(wv, 5), m700));
+            const __m512i mag = _mm512_shuffle_epi8(lut, cb);
+            uint64_t sm;
+            memcpy(&sm, sg + 2 * r, 8);
+            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
+            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sm), _mm512_setzero_si512(), q);
+            const __m512i pick = _mm512_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1,
+                                                   2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
+            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, sq),
+                                      _mm512_permutexvar_epi32(pick, S));
+        }
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return 0.25f * sumf;
+}
+
+static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    const __m512i m511 = _mm512_set1_epi16(511), m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
+    const __m512i shifts = _mm512_set4_epi64(0x000c000800040000ll, 0x000c000800040000ll, 0x000c000800040000ll,
+                                             0x000c000800040000ll);
+    const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908); /* lut2 */
+    float sumf = 0.0f;
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
+        const int8_t *q8 = (const int8_t *)(y + 4);
+        const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
+        /* the 32 codes */
+        const __m512i idx = _mm512_and_si512(qs, m511);
+        __m512i l1[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            /* the table straight from memory (L1): a copy in a local array went to the stack */
+            const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q)), idx,
+                                                         _mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 32)));
+            const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 64)), idx,
+                                                         _mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 96)));
+            l1[q] = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(64)), p0, p1);
+        }
+        const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
+        const __m512i l2a = _mm512_mask_blend_epi16(b7, l1[0], l1[1]), l2b = _mm512_mask_blend_epi16(b7, l1[2], l1[3]);
+        const __m512i codes = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
+        /* signs: one byte per index, bit j for value j */
+        uint8_t sb[32];
+        _mm256_storeu_si256((__m256i *)sb, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
+        /* the sixteen odd scales, one per 16 values: [lo(0), hi(0), lo(1), hi(1), ...] */
+        const __m128i s8 = _mm_loadl_epi64((const __m128i *)(x + 66));
+        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
+                                              _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+        const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(nib), 1), _mm512_set1_epi32(1));
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            /* qword m: the code of index 8r + m in all four words */
+            const __m512i rep = _mm512_set_epi64(0x0001000100010001ll * (8 * r + 7), 0x0001000100010001ll * (8 * r + 6),
+                                                 0x0001000100010001ll * (8 * r + 5), 0x0001000100010001ll * (8 * r + 4),
+                                                 0x0001000100010001ll * (8 * r + 3), 0x0001000100010001ll * (8 * r + 2),
+                                                 0x0001000100010001ll * (8 * r + 1), 0x0001000100010001ll * (8 * r));
+            const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, codes), shifts), m15);
+            const __m512i c2 = _mm512_or_si512(L, _mm512_and_si512(_mm512_slli_epi16(L, 6), m300));
+            const __m512i mag = _mm512_shuffle_epi8(lut, c2);
+            uint64_t sg;
+            memcpy(&sg, sb + 8 * r, 8);
+            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
+            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sg), _mm512_setzero_si512(), q);
+            const __m512i pick = _mm512_setr_epi32(4 * r, 4 * r, 4 * r, 4 * r, 4 * r + 1, 4 * r + 1, 4 * r + 1, 4 * r + 1,
+                                                   4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 3, 4 * r + 3,
+                                                   4 * r + 3, 4 * r + 3);
+            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, sq),
+                                      _mm512_permutexvar_epi32(pick, S));
+        }
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+    }
+    return 0.125f * sumf;
+}
+
 /* ---- prefill tiles for the Q8_K-activation types ---------------------------------------------
  * Packed activations, per block of 16 tokens and per super-block (SB_PACK bytes):
  *   A   [128 pairs][16 tokens] int32: the pair (q[2p], q[2p+1]) of int16, low half first
@@ -1462,8 +1622,9 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->terms[GGML_TYPE_Q4_K] = terms_q4_k_512;
     ks->terms[GGML_TYPE_Q5_K] = terms_q5_k_512;
     ks->terms[GGML_TYPE_Q6_K] = terms_q6_k_512;
-    ks->dot[GGML_TYPE_IQ2_XS] = dot_iq2_xs_512;
-    ks->dot[GGML_TYPE_IQ3_XXS] = dot_iq3_xxs_512;
+    const bool reg = iq_codes_init() && !getenv("SLUICE_IQ_GRID_LOADS");
+    ks->dot[GGML_TYPE_IQ2_XS] = reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
+    ks->dot[GGML_TYPE_IQ3_XXS] = reg ? dot_iq3_xxs_reg : dot_iq3_xxs_512;
     ks->dot[GGML_TYPE_IQ4_XS] = dot_iq4_xs_512;
 }
 
