@@ -415,37 +415,44 @@ static inline __m512i iq3_lookup(__m512i idx) {
 /* IQ3_XXS the same way: 256 entries of four 3-bit codes (the bytes 4, 12, ..., 52, 62) in eight
  * registers; each output vector (two groups) takes its sixteen codes, one per dword, in both
  * words, shifts the high word by 6 (codes 2 and 3), spreads each word's two codes to its bytes.
- * Signs, scales, sums and the float step are dot_iq3_xxs_512's. */
-static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
+ * mag as iq2_xs_mags_reg's; the signs and scales by iq3_xxs_signs. */
+static inline void iq3_xxs_mags_reg(const uint8_t *x, __m512i mag[4]) {
     const __m512i shifts = _mm512_set1_epi32(0x00060000), m7 = _mm512_set1_epi16(7), m700 = _mm512_set1_epi16(0x700);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 12, 20, 28, 36, 44, 52, 62, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512i c01 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 2))), c23 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 34)));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        /* dword l: the code of index 16r + l in both words */
+        const int b = 16 * (r & 1);
+        const __m512i rep = _mm512_setr_epi32(0x10001 * (b + 0), 0x10001 * (b + 1), 0x10001 * (b + 2), 0x10001 * (b + 3),
+                                              0x10001 * (b + 4), 0x10001 * (b + 5), 0x10001 * (b + 6), 0x10001 * (b + 7),
+                                              0x10001 * (b + 8), 0x10001 * (b + 9), 0x10001 * (b + 10), 0x10001 * (b + 11),
+                                              0x10001 * (b + 12), 0x10001 * (b + 13), 0x10001 * (b + 14), 0x10001 * (b + 15));
+        const __m512i wv = _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, r < 2 ? c01 : c23), shifts);
+        mag[r] = _mm512_shuffle_epi8(lut, _mm512_or_si512(_mm512_and_si512(wv, m7), _mm512_and_si512(_mm512_slli_epi16(wv, 5), m700)));
+    }
+}
+
+static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
         const int8_t *q8 = (const int8_t *)(y + 4);
-        const __m512i c01 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 2))), c23 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 34)));
+        __m512i mag[4];
+        iq3_xxs_mags_reg(x, mag);
         uint32_t sg[8], sc[8];
         iq3_xxs_signs(x, sg, sc);
         const __m512i S = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc));
         __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            /* dword l: the code of index 16r + l in both words */
-            const int b = 16 * (r & 1);
-            const __m512i rep = _mm512_setr_epi32(0x10001 * (b + 0), 0x10001 * (b + 1), 0x10001 * (b + 2), 0x10001 * (b + 3),
-                                                  0x10001 * (b + 4), 0x10001 * (b + 5), 0x10001 * (b + 6), 0x10001 * (b + 7),
-                                                  0x10001 * (b + 8), 0x10001 * (b + 9), 0x10001 * (b + 10), 0x10001 * (b + 11),
-                                                  0x10001 * (b + 12), 0x10001 * (b + 13), 0x10001 * (b + 14), 0x10001 * (b + 15));
-            const __m512i wv = _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, r < 2 ? c01 : c23), shifts);
-            const __m512i cb = _mm512_or_si512(_mm512_and_si512(wv, m7), _mm512_and_si512(_mm512_slli_epi16(wv, 5), m700));
-            const __m512i mag = _mm512_shuffle_epi8(lut, cb);
             uint64_t sm;
             memcpy(&sm, sg + 2 * r, 8);
             const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
             const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sm), _mm512_setzero_si512(), q);
             const __m512i pick = _mm512_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1,
                                                    2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, sq),
+            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
                                       _mm512_permutexvar_epi32(pick, S));
         }
         sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
@@ -453,50 +460,63 @@ static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
     return 0.25f * sumf;
 }
 
+/* IQ2_XS super-block x: the 256 magnitudes as four vectors of 64 bytes (two groups each) and
+ * the 32 sign bytes (one per grid index, bit j for its value j) in sb */
+static inline void iq2_xs_mags_reg(const uint8_t *x, __m512i mag[4], uint8_t sb[32]) {
+    const __m512i m511 = _mm512_set1_epi16(511), m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
+    const __m512i shifts = _mm512_set1_epi64(0x000c000800040000ll);
+    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2 */
+    const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
+    /* the 32 codes: eight two-table permutes (index bits 0-5), a select on bits 6, 7, 8; the
+     * table read from memory (L1): a copy in a local array went to the stack */
+    const __m512i idx = _mm512_and_si512(qs, m511);
+    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+    __m512i l1[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const uint16_t *t = iq2xs_codes + 128 * q;
+        const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx,
+                                                     _mm512_loadu_si512((const void *)(t + 32)));
+        const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 64)), idx,
+                                                     _mm512_loadu_si512((const void *)(t + 96)));
+        l1[q] = _mm512_mask_blend_epi16(b6, p0, p1);
+    }
+    const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
+    const __m512i l2a = _mm512_mask_blend_epi16(b7, l1[0], l1[1]), l2b = _mm512_mask_blend_epi16(b7, l1[2], l1[3]);
+    const __m512i codes = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
+    _mm256_storeu_si256((__m256i *)sb, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        /* qword m: the code of index 8r + m in all four words; word k shifted by 4k keeps the
+         * codes of values 2k, 2k + 1 in its low nibble; spread to the word's two bytes */
+        const long long e = 0x0001000100010001ll;
+        const __m512i rep = _mm512_set_epi64(e * (8 * r + 7), e * (8 * r + 6), e * (8 * r + 5), e * (8 * r + 4),
+                                             e * (8 * r + 3), e * (8 * r + 2), e * (8 * r + 1), e * (8 * r));
+        const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, codes), shifts), m15);
+        mag[r] = _mm512_shuffle_epi8(lut, _mm512_or_si512(L, _mm512_and_si512(_mm512_slli_epi16(L, 6), m300)));
+    }
+}
+
+/* IQ2_XS's sixteen odd scales, one per 16 values: [lo(0), hi(0), lo(1), hi(1), ...] */
+static inline __m512i iq2_xs_scales16(const uint8_t *x) {
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(x + 66));
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
+                                          _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+    return _mm512_add_epi32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(nib), 1), _mm512_set1_epi32(1));
+}
+
 static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    const __m512i m511 = _mm512_set1_epi16(511), m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
-    const __m512i shifts = _mm512_set4_epi64(0x000c000800040000ll, 0x000c000800040000ll, 0x000c000800040000ll,
-                                             0x000c000800040000ll);
-    const __m512i lut = _mm512_set4_epi32(0x002b1908, 0x002b1908, 0x002b1908, 0x002b1908); /* lut2 */
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
         const int8_t *q8 = (const int8_t *)(y + 4);
-        const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
-        /* the 32 codes */
-        const __m512i idx = _mm512_and_si512(qs, m511);
-        __m512i l1[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            /* the table straight from memory (L1): a copy in a local array went to the stack */
-            const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q)), idx,
-                                                         _mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 32)));
-            const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 64)), idx,
-                                                         _mm512_loadu_si512((const void *)(iq2xs_codes + 128 * q + 96)));
-            l1[q] = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(64)), p0, p1);
-        }
-        const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
-        const __m512i l2a = _mm512_mask_blend_epi16(b7, l1[0], l1[1]), l2b = _mm512_mask_blend_epi16(b7, l1[2], l1[3]);
-        const __m512i codes = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
-        /* signs: one byte per index, bit j for value j */
+        __m512i mag[4];
         uint8_t sb[32];
-        _mm256_storeu_si256((__m256i *)sb, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
-        /* the sixteen odd scales, one per 16 values: [lo(0), hi(0), lo(1), hi(1), ...] */
-        const __m128i s8 = _mm_loadl_epi64((const __m128i *)(x + 66));
-        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
-                                              _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
-        const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(nib), 1), _mm512_set1_epi32(1));
+        iq2_xs_mags_reg(x, mag, sb);
+        const __m512i S = iq2_xs_scales16(x);
         __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            /* qword m: the code of index 8r + m in all four words */
-            const __m512i rep = _mm512_set_epi64(0x0001000100010001ll * (8 * r + 7), 0x0001000100010001ll * (8 * r + 6),
-                                                 0x0001000100010001ll * (8 * r + 5), 0x0001000100010001ll * (8 * r + 4),
-                                                 0x0001000100010001ll * (8 * r + 3), 0x0001000100010001ll * (8 * r + 2),
-                                                 0x0001000100010001ll * (8 * r + 1), 0x0001000100010001ll * (8 * r));
-            const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, codes), shifts), m15);
-            const __m512i c2 = _mm512_or_si512(L, _mm512_and_si512(_mm512_slli_epi16(L, 6), m300));
-            const __m512i mag = _mm512_shuffle_epi8(lut, c2);
             uint64_t sg;
             memcpy(&sg, sb + 8 * r, 8);
             const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
@@ -504,7 +524,7 @@ static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
             const __m512i pick = _mm512_setr_epi32(4 * r, 4 * r, 4 * r, 4 * r, 4 * r + 1, 4 * r + 1, 4 * r + 1, 4 * r + 1,
                                                    4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 3, 4 * r + 3,
                                                    4 * r + 3, 4 * r + 3);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, sq),
+            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
                                       _mm512_permutexvar_epi32(pick, S));
         }
         sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
@@ -1083,7 +1103,38 @@ static inline void byte_row_scales16(byte_row *o, const int16_t sc16[16]) {
     _mm256_storeu_si256((__m256i *)o->pairs, s);
 }
 
+/* the grid types' rows through the register lookups (iq_codes_init succeeded, and not
+ * SLUICE_IQ_GRID_LOADS): set once at registration */
+static bool iq_reg;
+
+/* four vectors of 64 magnitudes with their sign bits (bit j of byte m for value 8m + j) as
+ * v + 64 at dst */
+static inline void st_offset_signed4(uint8_t *dst, const __m512i mag[4], const uint8_t sb[32]) {
+    const __m512i off = _mm512_set1_epi8(64);
+    for (int r = 0; r < 4; r++) {
+        uint64_t m;
+        memcpy(&m, sb + 8 * r, 8);
+        _mm512_storeu_si512((void *)(dst + 64 * r),
+                           _mm512_mask_blend_epi8(_cvtu64_mask64(m), _mm512_add_epi8(off, mag[r]), _mm512_sub_epi8(off, mag[r])));
+    }
+}
+
+/* sixteen dword scales: o->sc, and as word pairs o->pairs */
+static inline void byte_row_scales16v(byte_row *o, __m512i s) {
+    _mm512_storeu_si512(o->sc, s);
+    _mm256_storeu_si256((__m256i *)o->pairs, _mm512_cvtepi32_epi16(s));
+}
+
 static inline void unpack_iq2_xs8(const uint8_t *x, byte_row *o) {
+    if (iq_reg) {
+        __m512i mag[4];
+        uint8_t sb[32];
+        iq2_xs_mags_reg(x, mag, sb);
+        st_offset_signed4(o->q, mag, sb);
+        byte_row_scales16v(o, iq2_xs_scales16(x));
+        o->d = ld_f16(x);
+        return;
+    }
     uint32_t sg[8];
     uint16_t gi[32];
     int16_t sc16[16];
@@ -1101,6 +1152,17 @@ static inline void unpack_iq3_xxs8(const uint8_t *x, byte_row *o) {
     uint32_t sg[8], sc[8];
     int16_t sc16[16];
     iq3_xxs_signs(x, sg, sc);
+    if (iq_reg) {
+        __m512i mag[4];
+        iq3_xxs_mags_reg(x, mag);
+        uint8_t sb[32];
+        memcpy(sb, sg, 32);
+        st_offset_signed4(o->q, mag, sb);
+        byte_row_scales16v(o, _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                                       _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc))));
+        o->d = ld_f16(x);
+        return;
+    }
     for (int g = 0; g < 8; g++) {
         st_offset_signed(o->q + 32 * g, iq3_xxs_mag(x, g), sg[g]);
         sc16[2 * g] = sc16[2 * g + 1] = (int16_t)sc[g];
@@ -1623,6 +1685,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->terms[GGML_TYPE_Q5_K] = terms_q5_k_512;
     ks->terms[GGML_TYPE_Q6_K] = terms_q6_k_512;
     const bool reg = iq_codes_init() && !getenv("SLUICE_IQ_GRID_LOADS");
+    iq_reg = reg;
     ks->dot[GGML_TYPE_IQ2_XS] = reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
     ks->dot[GGML_TYPE_IQ3_XXS] = reg ? dot_iq3_xxs_reg : dot_iq3_xxs_512;
     ks->dot[GGML_TYPE_IQ4_XS] = dot_iq4_xs_512;
