@@ -374,26 +374,24 @@ static int grid_code(const uint8_t *lut, int nv, uint8_t b) {
 /* Both code tables; false (the grids are not what the register kernels expect: they stay
  * unused) unless IQ2_XS's bytes take exactly 8, 25, 43 and IQ3_XXS's the eight values of lut3. */
 static const uint8_t lut2[4] = {8, 25, 43, 0}, lut3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
-static bool iq_codes_init(void) {
-    for (int e = 0; e < 512; e++) {
+/* n grid entries of per bytes each (little-endian words of the grid) to codes of bits each */
+static bool grid_codes(const void *grid, int n, int per, int bits, const uint8_t *lut, int nv, uint16_t *out) {
+    const uint8_t *g = grid;
+    for (int e = 0; e < n; e++) {
         uint16_t c = 0;
-        for (int j = 0; j < 8; j++) {
-            const int k = grid_code(lut2, 3, (uint8_t)(quant_iq2xs_grid[e] >> (8 * j)));
+        for (int j = 0; j < per; j++) {
+            const int k = grid_code(lut, nv, g[(size_t)e * (size_t)per + (size_t)j]);
             if (k < 0) return false;
-            c |= (uint16_t)(k << (2 * j));
+            c |= (uint16_t)(k << (bits * j));
         }
-        iq2xs_codes[e] = c;
-    }
-    for (int e = 0; e < 256; e++) {
-        uint16_t c = 0;
-        for (int j = 0; j < 4; j++) {
-            const int k = grid_code(lut3, 8, (uint8_t)(quant_iq3xxs_grid[e] >> (8 * j)));
-            if (k < 0) return false;
-            c |= (uint16_t)(k << (3 * j));
-        }
-        iq3xxs_codes[e] = c;
+        out[e] = c;
     }
     return true;
+}
+
+static bool iq_codes_init(void) {
+    return grid_codes(quant_iq2xs_grid, 512, 8, 2, lut2, 3, iq2xs_codes) &&
+           grid_codes(quant_iq3xxs_grid, 256, 4, 3, lut3, 8, iq3xxs_codes);
 }
 
 /* 32 word indices (< 256) into iq3xxs_codes: four two-table permutes and a select on bits 6, 7 */
