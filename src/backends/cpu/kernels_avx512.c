@@ -7,6 +7,7 @@
 #define DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 
 #include "backends/cpu/kernels_x86.inc"
+#include "backends/cpu/kernels_avx512_iq.h"
 
 #include <cpuid.h>
 #include <stdlib.h>
@@ -248,286 +249,6 @@ static void terms_q6_k_512(int64_t n, const void *w, const void *a, float *t) {
     __m512i sel[4];
     for (int m = 0; m < 4; m++) sel[m] = sel16(m);
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 210, y += 292) t[blk] = q6k_term(x, y, sel);
-}
-
-/* ---- IQ2_XS / IQ3_XXS with the signs in mask registers ------------------------------------
- * The same integers and float steps as the 256-bit IQ_DOT kernels (mirroring quant_dot_iq2_xs
- * and quant_dot_iq3_xxs) and the same decoded rows as unpack_iq. What differs is the work around
- * the grid lookups: a super-block's 32 sign indices become their sign bytes in one vector pass
- * (the even-parity bit from a nibble table, as quant_ksigns_iq2xs defines it: index | parity <<
- * 7), and each group's 32 signs are applied by one masked subtract. In the dots the odd scales
- * multiply the group's vpdpbusd sums through vpdpwssd (those sums are at most 4 x 62 x 127 =
- * 31,496 for IQ3_XXS and 4 x 43 x 127 for IQ2_XS, so each fits the low int16 of its lane, whose
- * high half is its sign extension and meets a zero). Cache-resident, one core (bench_kernels
- * --l1, this host's AMD Zen 5): IQ3_XXS 3.3 -> 6.1 GB/s, IQ2_XS 4.4 -> 5.1 GB/s. A vector gather
- * of the grid entries was slower than scalar loads here (2.0 GB/s), as was a vpermi2d lookup
- * tree (4.0). */
-
-/* 32 seven-bit sign indices, one per byte, to their sign bytes (bit j: element j negative). */
-static inline __m256i ksign_bytes32(__m256i idx7) {
-    const __m256i parity = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1,
-                                            1, 0, 0, 1, 0, 1, 1, 0);
-    const __m256i lo = _mm256_and_si256(idx7, _mm256_set1_epi8(15));
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(idx7, 4), _mm256_set1_epi8(15));
-    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(parity, lo), _mm256_shuffle_epi8(parity, hi));
-    return _mm256_or_si256(idx7, _mm256_slli_epi16(par, 7)); /* par is 0 or 1 per byte */
-}
-
-/* IQ3_XXS super-block: per group a u32 of four 7-bit sign indices and the 4-bit scale; sg[g]
- * receives the group's 32 sign bits, sc[g] its odd scale. */
-static inline void iq3_xxs_signs(const uint8_t *x, uint32_t sg[8], uint32_t sc[8]) {
-    const __m256i m7 = _mm256_set1_epi32(0x7f);
-    const __m256i ss = ldu(x + 66);
-    const __m256i idx7 = _mm256_or_si256(
-        _mm256_or_si256(_mm256_and_si256(ss, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 7), m7), 8)),
-        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 14), m7), 16),
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(ss, 21), m7), 24)));
-    _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(idx7));
-    _mm256_storeu_si256((__m256i *)sc, _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(ss, 28), 1), _mm256_set1_epi32(1)));
-}
-
-/* The 32 magnitudes of IQ3_XXS group g (scalar loads: see above). */
-static inline __m256i iq3_xxs_mag(const uint8_t *x, int g) {
-    const uint32_t *grid = quant_iq3xxs_grid;
-    const uint8_t *qi = x + 2 + 8 * g;
-    return _mm256_setr_epi32((int)grid[qi[0]], (int)grid[qi[1]], (int)grid[qi[2]], (int)grid[qi[3]], (int)grid[qi[4]],
-                             (int)grid[qi[5]], (int)grid[qi[6]], (int)grid[qi[7]]);
-}
-
-/* IQ2_XS super-block: 32 u16 of a 9-bit grid index and a 7-bit sign index; sg[g] receives
- * group g's 32 sign bits, gi the grid indices. */
-static inline void iq2_xs_signs(const uint8_t *x, uint32_t sg[8], uint16_t gi[32]) {
-    const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
-    _mm256_storeu_si256((__m256i *)sg, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
-    _mm512_storeu_si512((void *)gi, _mm512_and_si512(qs, _mm512_set1_epi16(511)));
-}
-
-static inline __m256i iq2_xs_mag(const uint16_t *gi, int g) {
-    const uint64_t *grid = quant_iq2xs_grid;
-    const uint16_t *qi = gi + 4 * g;
-    return _mm256_setr_epi64x((long long)grid[qi[0]], (long long)grid[qi[1]], (long long)grid[qi[2]],
-                              (long long)grid[qi[3]]);
-}
-
-/* the odd scales of an IQ2_XS group's two halves, as 16-bit lanes */
-static inline int iq2_xs_s0(const uint8_t *x, int g) { return 2 * (x[66 + g] & 15) + 1; }
-static inline int iq2_xs_s1(const uint8_t *x, int g) { return 2 * (x[66 + g] >> 4) + 1; }
-
-/* One group of a dot: the grid magnitudes against the activations with the group's signs, scaled. */
-static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {
-    const __m256i q = ldu(q8);
-    const __m256i sq = _mm256_mask_sub_epi8(q, (__mmask32)signs, _mm256_setzero_si256(), q);
-    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, sq), scale);
-}
-
-static float dot_iq3_xxs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        uint32_t sg[8], sc[8];
-        iq3_xxs_signs(x, sg, sc);
-        __m256i acc = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) acc = iq_group_acc(acc, iq3_xxs_mag(x, g), q8 + 32 * g, sg[g], _mm256_set1_epi32((int)sc[g]));
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
-    }
-    return 0.25f * sumf;
-}
-
-static float dot_iq2_xs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        uint32_t sg[8];
-        uint16_t gi[32];
-        iq2_xs_signs(x, sg, gi);
-        __m256i acc = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(iq2_xs_s1(x, g)), _mm_set1_epi32(iq2_xs_s0(x, g)));
-            acc = iq_group_acc(acc, iq2_xs_mag(gi, g), q8 + 32 * g, sg[g], scale);
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)hsum_i32(acc);
-    }
-    return 0.125f * sumf;
-}
-
-/* IQ2_XS with the grid looked up in registers. Each grid entry's eight bytes take three values
- * (8, 25, 43), so an entry is eight 2-bit codes: 512 x 16 bits, sixteen zmm registers. A super-
- * block's 32 grid indices are looked up by eight two-table word permutes (index bits 0-5) and a
- * select tree on bits 6-8; each output vector (two groups, 64 values) then takes its eight codes
- * (one per qword, by a word permute), shifts the four words of a qword by 0, 4, 8, 12 so that
- * word k holds the codes of values 2k and 2k + 1 in its low nibble, spreads them to the two
- * bytes and maps codes to magnitudes with one vpshufb. Signs, scales, integer sums and the float
- * step are dot_iq2_xs_512's; the scalar grid loads and vector inserts it spends most of its time
- * on are gone. */
-static uint16_t iq2xs_codes[512];
-static uint16_t iq3xxs_codes[256];
-
-/* The code of byte b among the grid's sorted byte values lut[0..nv), or -1. */
-static int grid_code(const uint8_t *lut, int nv, uint8_t b) {
-    for (int i = 0; i < nv; i++)
-        if (lut[i] == b) return i;
-    return -1;
-}
-
-/* Both code tables; false (the grids are not what the register kernels expect: they stay
- * unused) unless IQ2_XS's bytes take exactly 8, 25, 43 and IQ3_XXS's the eight values of lut3. */
-static const uint8_t lut2[4] = {8, 25, 43, 0}, lut3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
-/* n grid entries of per bytes each (little-endian words of the grid) to codes of bits each */
-static bool grid_codes(const void *grid, int n, int per, int bits, const uint8_t *lut, int nv, uint16_t *out) {
-    const uint8_t *g = grid;
-    for (int e = 0; e < n; e++) {
-        uint16_t c = 0;
-        for (int j = 0; j < per; j++) {
-            const int k = grid_code(lut, nv, g[(size_t)e * (size_t)per + (size_t)j]);
-            if (k < 0) return false;
-            c |= (uint16_t)(k << (bits * j));
-        }
-        out[e] = c;
-    }
-    return true;
-}
-
-static bool iq_codes_init(void) {
-    return grid_codes(quant_iq2xs_grid, 512, 8, 2, lut2, 3, iq2xs_codes) &&
-           grid_codes(quant_iq3xxs_grid, 256, 4, 3, lut3, 8, iq3xxs_codes);
-}
-
-/* 32 word indices (< 256) into iq3xxs_codes: four two-table permutes and a select on bits 6, 7 */
-static inline __m512i iq3_lookup(__m512i idx) {
-    const uint16_t *t = iq3xxs_codes;
-    const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx,
-                                                 _mm512_loadu_si512((const void *)(t + 32)));
-    const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 64)), idx,
-                                                 _mm512_loadu_si512((const void *)(t + 96)));
-    const __m512i p2 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 128)), idx,
-                                                 _mm512_loadu_si512((const void *)(t + 160)));
-    const __m512i p3 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 192)), idx,
-                                                 _mm512_loadu_si512((const void *)(t + 224)));
-    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
-    return _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(128)),
-                                   _mm512_mask_blend_epi16(b6, p0, p1), _mm512_mask_blend_epi16(b6, p2, p3));
-}
-
-/* IQ3_XXS the same way: 256 entries of four 3-bit codes (the bytes 4, 12, ..., 52, 62) in eight
- * registers; each output vector (two groups) takes its sixteen codes, one per dword, in both
- * words, shifts the high word by 6 (codes 2 and 3), spreads each word's two codes to its bytes.
- * mag as iq2_xs_mags_reg's; the signs and scales by iq3_xxs_signs. */
-static inline void iq3_xxs_mags_reg(const uint8_t *x, __m512i mag[4]) {
-    const __m512i shifts = _mm512_set1_epi32(0x00060000), m7 = _mm512_set1_epi16(7), m700 = _mm512_set1_epi16(0x700);
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 12, 20, 28, 36, 44, 52, 62, 0, 0, 0, 0, 0, 0, 0, 0));
-    const __m512i c01 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 2))), c23 = iq3_lookup(_mm512_cvtepu8_epi16(ldu(x + 34)));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        /* dword l: the code of index 16r + l in both words */
-        const int b = 16 * (r & 1);
-        const __m512i rep = _mm512_setr_epi32(0x10001 * (b + 0), 0x10001 * (b + 1), 0x10001 * (b + 2), 0x10001 * (b + 3),
-                                              0x10001 * (b + 4), 0x10001 * (b + 5), 0x10001 * (b + 6), 0x10001 * (b + 7),
-                                              0x10001 * (b + 8), 0x10001 * (b + 9), 0x10001 * (b + 10), 0x10001 * (b + 11),
-                                              0x10001 * (b + 12), 0x10001 * (b + 13), 0x10001 * (b + 14), 0x10001 * (b + 15));
-        const __m512i wv = _mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, r < 2 ? c01 : c23), shifts);
-        mag[r] = _mm512_shuffle_epi8(lut, _mm512_or_si512(_mm512_and_si512(wv, m7), _mm512_and_si512(_mm512_slli_epi16(wv, 5), m700)));
-    }
-}
-
-static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        __m512i mag[4];
-        iq3_xxs_mags_reg(x, mag);
-        uint32_t sg[8], sc[8];
-        iq3_xxs_signs(x, sg, sc);
-        const __m512i S = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc));
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            uint64_t sm;
-            memcpy(&sm, sg + 2 * r, 8);
-            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
-            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sm), _mm512_setzero_si512(), q);
-            const __m512i pick = _mm512_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1,
-                                                   2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
-                                      _mm512_permutexvar_epi32(pick, S));
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    return 0.25f * sumf;
-}
-
-/* IQ2_XS super-block x: the 256 magnitudes as four vectors of 64 bytes (two groups each) and
- * the 32 sign bytes (one per grid index, bit j for its value j) in sb */
-static inline void iq2_xs_mags_reg(const uint8_t *x, __m512i mag[4], uint8_t sb[32]) {
-    const __m512i m511 = _mm512_set1_epi16(511), m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
-    const __m512i shifts = _mm512_set1_epi64(0x000c000800040000ll);
-    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2 */
-    const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
-    /* the 32 codes: eight two-table permutes (index bits 0-5), a select on bits 6, 7, 8; the
-     * table read from memory (L1): a copy in a local array went to the stack */
-    const __m512i idx = _mm512_and_si512(qs, m511);
-    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
-    __m512i l1[4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-        const uint16_t *t = iq2xs_codes + 128 * q;
-        const __m512i p0 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx,
-                                                     _mm512_loadu_si512((const void *)(t + 32)));
-        const __m512i p1 = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(t + 64)), idx,
-                                                     _mm512_loadu_si512((const void *)(t + 96)));
-        l1[q] = _mm512_mask_blend_epi16(b6, p0, p1);
-    }
-    const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
-    const __m512i l2a = _mm512_mask_blend_epi16(b7, l1[0], l1[1]), l2b = _mm512_mask_blend_epi16(b7, l1[2], l1[3]);
-    const __m512i codes = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
-    _mm256_storeu_si256((__m256i *)sb, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        /* qword m: the code of index 8r + m in all four words; word k shifted by 4k keeps the
-         * codes of values 2k, 2k + 1 in its low nibble; spread to the word's two bytes */
-        const long long e = 0x0001000100010001ll;
-        const __m512i rep = _mm512_set_epi64(e * (8 * r + 7), e * (8 * r + 6), e * (8 * r + 5), e * (8 * r + 4),
-                                             e * (8 * r + 3), e * (8 * r + 2), e * (8 * r + 1), e * (8 * r));
-        const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, codes), shifts), m15);
-        mag[r] = _mm512_shuffle_epi8(lut, _mm512_or_si512(L, _mm512_and_si512(_mm512_slli_epi16(L, 6), m300)));
-    }
-}
-
-/* IQ2_XS's sixteen odd scales, one per 16 values: [lo(0), hi(0), lo(1), hi(1), ...] */
-static inline __m512i iq2_xs_scales16(const uint8_t *x) {
-    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(x + 66));
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
-                                          _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
-    return _mm512_add_epi32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(nib), 1), _mm512_set1_epi32(1));
-}
-
-static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        __m512i mag[4];
-        uint8_t sb[32];
-        iq2_xs_mags_reg(x, mag, sb);
-        const __m512i S = iq2_xs_scales16(x);
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            uint64_t sg;
-            memcpy(&sg, sb + 8 * r, 8);
-            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
-            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sg), _mm512_setzero_si512(), q);
-            const __m512i pick = _mm512_setr_epi32(4 * r, 4 * r, 4 * r, 4 * r, 4 * r + 1, 4 * r + 1, 4 * r + 1, 4 * r + 1,
-                                                   4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 3, 4 * r + 3,
-                                                   4 * r + 3, 4 * r + 3);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
-                                      _mm512_permutexvar_epi32(pick, S));
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    return 0.125f * sumf;
 }
 
 /* ---- prefill tiles for the Q8_K-activation types ---------------------------------------------
@@ -1101,10 +822,6 @@ static inline void byte_row_scales16(byte_row *o, const int16_t sc16[16]) {
     _mm256_storeu_si256((__m256i *)o->pairs, s);
 }
 
-/* the grid types' rows through the register lookups (iq_codes_init succeeded, and not
- * SLUICE_IQ_GRID_LOADS): set once at registration */
-static bool iq_reg;
-
 /* four vectors of 64 magnitudes with their sign bits (bit j of byte m for value 8m + j) as
  * v + 64 at dst */
 static inline void st_offset_signed4(uint8_t *dst, const __m512i mag[4], const uint8_t sb[32]) {
@@ -1124,7 +841,7 @@ static inline void byte_row_scales16v(byte_row *o, __m512i s) {
 }
 
 static inline void unpack_iq2_xs8(const uint8_t *x, byte_row *o) {
-    if (iq_reg) {
+    if (kernels_iq_reg) {
         __m512i mag[4];
         uint8_t sb[32];
         iq2_xs_mags_reg(x, mag, sb);
@@ -1150,7 +867,7 @@ static inline void unpack_iq3_xxs8(const uint8_t *x, byte_row *o) {
     uint32_t sg[8], sc[8];
     int16_t sc16[16];
     iq3_xxs_signs(x, sg, sc);
-    if (iq_reg) {
+    if (kernels_iq_reg) {
         __m512i mag[4];
         iq3_xxs_mags_reg(x, mag);
         uint8_t sb[32];
@@ -1338,62 +1055,6 @@ KQ_TILE(tile_iq2_xs, kq_iq2_xs)
 KQ_TILE(tile_iq2_s, kq_iq2_s)
 KQ_TILE(tile_iq3_xxs, kq_iq3_xxs)
 KQ_TILE(tile_iq3_s, kq_iq3_s)
-
-/* IQ4_XS, two groups of 32 per 512-bit step: the same integer isum as quant_dot_iq4_xs, then
- * its float step. The codes look up the table plus 128 (k ^ 0x80, unsigned 1..241), so one
- * vpdpbusd takes four products per lane with no sign handling; the offset comes back through
- * the activation's block sums: sum k q = sum (k + 128) q - 128 sum q, with sum q over a group
- * of 32 the two Q8_K bsums it spans. Each group pair's lanes take their integer scale ls - 32
- * by one vpmulld (|lane| <= 4 x 241 x 128 x 32 < 2^24); the eight scales come from their
- * packed bits by variable shifts (built in a scalar array and loaded as a vector, they cost a
- * failed store forward every block: 6.9 GB/s). One core, cache resident (bench_kernels --l1,
- * Zen 5): 16.1 GB/s with maddubs and the signs by masked subtracts, 27.2 GB/s now; two threads
- * from DRAM 29.5 -> 43.0 GB/s (92% of the measured read bandwidth). */
-static float dot_iq4_xs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)quant_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
-    const __m512i m4 = _mm512_set1_epi8(15);
-    /* lanes 0-7 take group 2p's scale, lanes 8-15 group 2p + 1's */
-    const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
-                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
-                             _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
-    const __m256i sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    /* the high nibbles (elements 16-31 of a group) sit in the odd 128-bit lanes */
-    const __mmask32 odd = 0xFF00FF00u; /* words 8-15 and 24-31 */
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        /* the eight scales ls_g - 32: low 4 bits from the nibbles at x + 4, high 2 from x + 2 */
-        uint32_t lo4, hi2 = 0;
-        memcpy(&lo4, x + 4, 4);
-        memcpy(&hi2, x + 2, 2);
-        const __m256i sv = _mm256_sub_epi32(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo4), sh4), _mm256_set1_epi32(15)),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)hi2), sh2),
-                                                               _mm256_set1_epi32(3)), 4)),
-            _mm256_set1_epi32(32));
-        const __m512i sv5 = _mm512_zextsi256_si512(sv);
-        __m512i acc = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) {
-            /* groups 2p and 2p + 1: [codes 2p, codes 2p, codes 2p+1, codes 2p+1], the odd lanes
-             * shifted to their high nibbles: the order of the activations */
-            const __m512i c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(ldu(x + 8 + 32 * p)),
-                                                   _mm512_castsi256_si512(ldu(x + 8 + 32 * p)), _MM_SHUFFLE(1, 1, 0, 0));
-            const __m512i z = _mm512_mask_srli_epi16(c, odd, c, 4);
-            const __m512i k = _mm512_shuffle_epi8(lut, _mm512_and_si512(z, m4));
-            const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k, _mm512_loadu_si512((const void *)(q8 + 64 * p)));
-            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(pick[p], sv5)));
-        }
-        /* 128 x sum_g ls_g x (bsum[2g] + bsum[2g + 1]): the scales as int16 pairs (ls_g, ls_g) */
-        const __m256i s16 = _mm256_or_si256(_mm256_slli_epi32(sv, 16), _mm256_and_si256(sv, _mm256_set1_epi32(0xffff)));
-        const __m256i off = _mm256_madd_epi16(ldu(y + 260), s16);
-        acc = _mm512_sub_epi32(acc, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 7)));
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    return sumf;
-}
 
 /* ---- attention, 512-bit (mirrors kernel_attn_ref; see kernels.h) ------------------------- */
 
@@ -1682,11 +1343,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->terms[GGML_TYPE_Q4_K] = terms_q4_k_512;
     ks->terms[GGML_TYPE_Q5_K] = terms_q5_k_512;
     ks->terms[GGML_TYPE_Q6_K] = terms_q6_k_512;
-    const bool reg = iq_codes_init() && !getenv("SLUICE_IQ_GRID_LOADS");
-    iq_reg = reg;
-    ks->dot[GGML_TYPE_IQ2_XS] = reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
-    ks->dot[GGML_TYPE_IQ3_XXS] = reg ? dot_iq3_xxs_reg : dot_iq3_xxs_512;
-    ks->dot[GGML_TYPE_IQ4_XS] = dot_iq4_xs_512;
+    kernels_register_avx512_iq(ks); /* the IQ dots; the byte tiles' row decoding follows its choice */
 }
 
 #endif
