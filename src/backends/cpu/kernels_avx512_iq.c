@@ -116,29 +116,40 @@ static bool iq_codes_init(void) {
            grid_codes(quant_iq3xxs_grid, 256, 4, 3, lut3, 8, kernels_iq3xxs_codes);
 }
 
+/* A super-block's integer sum for the register kernels: four vectors of 64 magnitudes against
+ * the activations q8, with the sign bytes sb (bit j of byte m: value 8m + j negative) and the
+ * sixteen odd scales S (one per 16 values, as dwords). Each vpdpbusd lane sums four products of
+ * at most 62 x 127 (so its low int16 holds it and vpdpwssd applies the scale, as above). */
+static inline int32_t iq_block_isum(const int8_t *q8, const __m512i mag[4], const uint8_t *sb, __m512i S) {
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        uint64_t sm;
+        memcpy(&sm, sb + 8 * r, 8);
+        const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
+        const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sm), _mm512_setzero_si512(), q);
+        const __m512i pick = _mm512_setr_epi32(4 * r, 4 * r, 4 * r, 4 * r, 4 * r + 1, 4 * r + 1, 4 * r + 1, 4 * r + 1,
+                                               4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 3, 4 * r + 3, 4 * r + 3,
+                                               4 * r + 3);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
+                                  _mm512_permutexvar_epi32(pick, S));
+    }
+    return _mm512_reduce_add_epi32(acc);
+}
+
 static float dot_iq3_xxs_reg(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
         __m512i mag[4];
         iq3_xxs_mags_reg(x, mag);
         uint32_t sg[8], sc[8];
         iq3_xxs_signs(x, sg, sc);
-        const __m512i S = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc));
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            uint64_t sm;
-            memcpy(&sm, sg + 2 * r, 8);
-            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
-            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sm), _mm512_setzero_si512(), q);
-            const __m512i pick = _mm512_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1,
-                                                   2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
-                                      _mm512_permutexvar_epi32(pick, S));
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+        /* a group's scale for both its 16-value halves */
+        const __m512i S = _mm512_permutexvar_epi32(twice, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc)));
+        const int32_t isum = iq_block_isum((const int8_t *)(y + 4), mag, (const uint8_t *)sg, S);
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)isum;
     }
     return 0.25f * sumf;
 }
@@ -147,25 +158,11 @@ static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
     for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
         __m512i mag[4];
         uint8_t sb[32];
         iq2_xs_mags_reg(x, mag, sb);
-        const __m512i S = iq2_xs_scales16(x);
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            uint64_t sg;
-            memcpy(&sg, sb + 8 * r, 8);
-            const __m512i q = _mm512_loadu_si512((const void *)(q8 + 64 * r));
-            const __m512i sq = _mm512_mask_sub_epi8(q, _cvtu64_mask64(sg), _mm512_setzero_si512(), q);
-            const __m512i pick = _mm512_setr_epi32(4 * r, 4 * r, 4 * r, 4 * r, 4 * r + 1, 4 * r + 1, 4 * r + 1, 4 * r + 1,
-                                                   4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 2, 4 * r + 3, 4 * r + 3,
-                                                   4 * r + 3, 4 * r + 3);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[r], sq),
-                                      _mm512_permutexvar_epi32(pick, S));
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+        const int32_t isum = iq_block_isum((const int8_t *)(y + 4), mag, sb, iq2_xs_scales16(x));
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)isum;
     }
     return 0.125f * sumf;
 }
