@@ -7,39 +7,13 @@
  * registered by kernels_register_avx512. Measured: bench/results/2026-12-01-cpu-iq.md. */
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "backends/cpu/kernels_avx512_iq.h"
 
 #define QK_K 256
-
-static inline float ld_f16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h); /* exact, like quant_f16_to_f32 */
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-
-static inline __m256i ldu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* One group of a dot: the grid magnitudes against the activations with the group's signs, scaled. */
 static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {

@@ -15,14 +15,7 @@
  * (CMakeLists.txt); registered by kernels_register_avx512. */
 #if defined(__x86_64__)
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
-#include <immintrin.h>
-#include <string.h>
+#include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include "backends/cpu/kernels.h"
 
