@@ -3,7 +3,8 @@
  *
  * Resident: the whole mapped file is uploaded (views into it are translated by the backend).
  * Stream: the routed experts are copied into page-locked host memory (the device reads misses
- * there), the dense tensors are uploaded, and routed experts go through a VRAM cache whose slots
+ * there), and so are the token embeddings (the embedding kernel reads its rows there); the other
+ * dense tensors are uploaded, and routed experts go through a VRAM cache whose slots
  * the expert table points at (misses point at the page-locked copy). Buffers the loader made itself (converted norms, conv
  * taps) are uploaded by the backend the first time an op meets them. */
 #include <stdio.h>
@@ -38,6 +39,10 @@ void model_gpu_facts(const sluice_model *m, plan_model_facts *f) {
     /* streamed with misses copied after routing: the router lookahead's folded routers */
     if (m->params.gpu_miss != SLUICE_GPU_MISS_ZEROCOPY && !m->params.no_prefetch)
         f->gpu_look_bytes = moe_lookahead_bytes(m);
+    /* streamed: the token embeddings stay in page-locked host memory, where the embedding kernel
+     * reads a token's row over the bus (a few KiB a token; llama.cpp keeps them on the host too),
+     * and their VRAM goes to the expert cache. Not when the output head shares them. */
+    if (m->tok_embd.data && m->tok_embd.data != m->output.data) f->gpu_host_dense_bytes = m->tok_embd.mat_bytes;
 }
 
 #ifndef SLUICE_HAVE_CUDA
@@ -110,6 +115,7 @@ static double now_s(void) {
 /* Stream mode: the routed experts get a page-locked host copy (misses are read from it), the
  * dense tensors a device copy. */
 static int map_streamed(sluice_model *m, const char *label) {
+    const void *host_dense = m->facts.gpu_host_dense_bytes ? m->tok_embd.data : NULL;
     backend *be = m->gpu;
     const uint8_t *base = m->gguf->base;
     int n = 0;
@@ -138,7 +144,7 @@ static int map_streamed(sluice_model *m, const char *label) {
         const gguf_tensor *t = &m->gguf->tensors[i];
         const uint64_t off = (uint64_t)((const uint8_t *)t->data - base);
         if (in_experts(r, n, off, t->nbytes)) continue;
-        if (be->ops->weights_map(be, t->data, t->nbytes, true) != 0) {
+        if (be->ops->weights_map(be, t->data, t->nbytes, t->data != host_dense) != 0) {
             sluice_set_error("%s: cannot copy tensor '%s' to the GPU", label, t->name);
             rc = -1;
         }

@@ -40,6 +40,9 @@ typedef struct plan_model_facts {
     /* streamed on the device only: the router lookahead's folded routers (models/moe.c
      * moe_lookahead_bind), kept in VRAM with the dense tensors */
     uint64_t gpu_look_bytes;
+    /* streamed on the device only: dense tensors the device reads from page-locked host memory
+     * instead of VRAM (the token embeddings: one row a token), part of dense_bytes */
+    uint64_t gpu_host_dense_bytes;
 } plan_model_facts;
 
 typedef struct plan_machine_facts {

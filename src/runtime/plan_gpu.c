@@ -3,16 +3,17 @@
  * Budget = --gpu-budget (capped at the free device memory; a smaller value emulates a smaller
  * GPU), else the free device memory; a reserve of max(512 MiB, 5%) stays free for the CUDA
  * context, graphs and fragmentation. Components on the device:
- *   weights   resident: the whole file (one upload); stream: the dense tensors (and the router
- *             lookahead's folded routers, gpu_look_bytes)
+ *   weights   resident: the whole file (one upload); stream: the dense tensors but the token
+ *             embeddings (gpu_host_dense_bytes: read from page-locked host memory, one row a
+ *             token) and the router lookahead's folded routers (gpu_look_bytes)
  *   cache     stream: slots x slot bytes of VRAM expert cache
  *   kv        KV cache for the planned context plus the recurrent state
  *   scratch   activations and device work buffers for a batch
  * AUTO picks resident when everything fits, else stream with the largest cache that fits
  * (capped at all experts). The floor is one layer's experts plus one: a prefill chunk can need
  * every expert of a layer at once, and they are multiplied from VRAM. Streaming keeps a page-locked
- * host copy of the routed experts (the device reads misses from it), so they must fit in the
- * host budget that plan_compute measured. Pure: unit-tested with synthetic machines. */
+ * host copy of the routed experts (the device reads misses from it) and of the token embeddings,
+ * so they must fit in the host budget that plan_compute measured. Pure: unit-tested with synthetic machines. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -100,7 +101,8 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
         return;
     }
     p->gpu_mode = SLUICE_MODE_STREAM;
-    p->vram_weights = m->dense_bytes + m->gpu_look_bytes;
+    const uint64_t host_dense = m->gpu_host_dense_bytes < m->dense_bytes ? m->gpu_host_dense_bytes : 0;
+    p->vram_weights = m->dense_bytes - host_dense + m->gpu_look_bytes;
     const uint64_t base = p->vram_weights + common;
     const uint64_t room = usable > base ? usable - base : 0;
     const uint64_t target = (uint64_t)m->n_moe_layers * (uint64_t)m->n_expert;
@@ -112,7 +114,7 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
     p->gpu_slots = (int)slots;
     p->vram_cache = slots * m->gpu_slot_bytes;
     p->vram_total = base + p->vram_cache;
-    p->pinned = m->expert_bytes;
+    p->pinned = m->expert_bytes + host_dense;
     p->gpu_reason = r->mode == SLUICE_MODE_STREAM || cache_given ? PLAN_GPU_STREAM_FORCED
                                                                  : PLAN_GPU_STREAM_OVER_BUDGET;
     if (slots < (uint64_t)p->gpu_floor_slots || p->vram_total > usable) {
@@ -126,17 +128,17 @@ void plan_compute_gpu(const plan_model_facts *m, const plan_machine_facts *mc,
     }
     /* the host holds the page-locked experts beside the process itself */
     const uint64_t host_usable = p->budget > p->reserve ? p->budget - p->reserve : 0;
-    if (m->expert_bytes + PLAN_OVERHEAD_BYTES > host_usable) {
+    if (p->pinned + PLAN_OVERHEAD_BYTES > host_usable) {
         p->gpu_reason = PLAN_GPU_REFUSED_PINNED;
         say(p, "GPU streaming reads missed experts from a page-locked host copy of %s, but the "
                "host budget leaves %s (%s)",
-            sz(m->expert_bytes, b1), sz(host_usable, b2), p->budget_source ? p->budget_source : "?");
+            sz(p->pinned, b1), sz(host_usable, b2), p->budget_source ? p->budget_source : "?");
         return;
     }
     p->gpu_ok = true;
     say(p, "dense weights %s in VRAM, experts cached in %s = %d of %llu (floor %d), the rest read "
            "from %s of pinned host memory",
-        sz(m->dense_bytes, b1), sz(p->vram_cache, b2), p->gpu_slots, (unsigned long long)target,
+        sz(m->dense_bytes - host_dense, b1), sz(p->vram_cache, b2), p->gpu_slots, (unsigned long long)target,
         p->gpu_floor_slots, sz(p->pinned, b3));
 }
 
@@ -184,15 +186,18 @@ int plan_format_gpu(const plan *p, const plan_model_facts *m, bool json, char *b
     put(&o, "  %-16s %12s  (%s)\n", "gpu budget", sz(p->gpu_budget, b1),
         p->gpu_budget_source ? p->gpu_budget_source : "?");
     put(&o, "  %-16s %12s\n", "gpu reserve", sz(p->gpu_reserve, b1));
-    put(&o, "  %-16s %12s  (%s)\n", "vram weights", sz(p->vram_weights, b1),
+    const bool emb_host = p->gpu_mode == SLUICE_MODE_STREAM && m->gpu_host_dense_bytes;
+    put(&o, "  %-16s %12s  (%s%s)\n", "vram weights", sz(p->vram_weights, b1),
         p->gpu_mode != SLUICE_MODE_STREAM ? "whole file"
         : m->gpu_look_bytes > 0            ? "dense tensors + lookahead routers"
-                                           : "dense tensors");
+                                           : "dense tensors",
+        emb_host ? "; token embeddings in pinned host memory" : "");
     if (p->gpu_mode == SLUICE_MODE_STREAM) {
         put(&o, "  %-16s %12s  (%d slots of %.2f MiB; floor %d)\n", "vram expert cache",
             sz(p->vram_cache, b1), p->gpu_slots, (double)m->gpu_slot_bytes / (1024.0 * 1024.0),
             p->gpu_floor_slots);
-        put(&o, "  %-16s %12s  (routed experts, page-locked: misses read over the bus)\n", "pinned host", sz(p->pinned, b1));
+        put(&o, "  %-16s %12s  (routed experts%s, page-locked: misses read over the bus)\n", "pinned host",
+            sz(p->pinned, b1), m->gpu_host_dense_bytes ? " + token embeddings" : "");
     }
     put(&o, "  %-16s %12s\n", "vram kv+state", sz(p->vram_kv, b1));
     put(&o, "  %-16s %12s\n", "vram scratch", sz(p->vram_scratch, b1));

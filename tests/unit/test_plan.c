@@ -244,6 +244,31 @@ static void test_gpu(void) {
         r.gpu_budget = 8 * GiB;
     }
 
+    /* the token embeddings in page-locked host memory (stream only): out of the VRAM weights,
+     * into the pinned host bytes, and their VRAM goes to the cache */
+    {
+        plan q = p;
+        plan_model_facts me = m;
+        me.gpu_host_dense_bytes = 248320ull * 2048 / 256 * 144; /* a Q4_K 248,320 x 2048 table */
+        plan_compute_gpu(&me, &mc, &r, &q);
+        CHECK(q.gpu_ok && q.gpu_mode == SLUICE_MODE_STREAM);
+        CHECK(q.vram_weights == m.dense_bytes - me.gpu_host_dense_bytes);
+        CHECK(q.pinned == m.expert_bytes + me.gpu_host_dense_bytes);
+        CHECK(q.gpu_slots >= p.gpu_slots + (int)(me.gpu_host_dense_bytes / me.gpu_slot_bytes) &&
+              q.gpu_slots <= p.gpu_slots + (int)(me.gpu_host_dense_bytes / me.gpu_slot_bytes) + 1);
+        CHECK(q.vram_total + q.gpu_reserve <= q.gpu_budget && q.vram_total + me.gpu_slot_bytes + q.gpu_reserve > q.gpu_budget);
+        char buf[4096];
+        plan_format_gpu(&q, &me, false, buf, sizeof buf);
+        CHECK(strstr(buf, "token embeddings in pinned host memory") && strstr(buf, "routed experts + token embeddings"));
+        /* resident: the whole file stays in VRAM */
+        r.gpu_budget = 500 * GiB;
+        plan_compute_gpu(&me, &mc, &r, &q);
+        CHECK(q.gpu_mode == SLUICE_MODE_RESIDENT && q.vram_weights == me.file_bytes && q.pinned == 0);
+        plan_format_gpu(&q, &me, false, buf, sizeof buf);
+        CHECK(!strstr(buf, "token embeddings"));
+        r.gpu_budget = 8 * GiB;
+    }
+
     /* a budget above the free memory is capped at it */
     r.gpu_budget = 500 * GiB;
     plan_compute_gpu(&m, &mc, &r, &p);
