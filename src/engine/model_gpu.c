@@ -8,6 +8,7 @@
  * the expert table points at (misses point at the page-locked copy). Buffers the loader made itself (converted norms, conv
  * taps) are uploaded by the backend the first time an op meets them. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/error.h"
@@ -16,7 +17,6 @@
 #include "models/state.h"
 #include "runtime/experts_gpu.h"
 #ifdef SLUICE_HAVE_CUDA
-#include <stdlib.h>
 #include <time.h>
 
 #include "backends/cuda/backend_cuda.h"
@@ -41,8 +41,11 @@ void model_gpu_facts(const sluice_model *m, plan_model_facts *f) {
         f->gpu_look_bytes = moe_lookahead_bytes(m);
     /* streamed: the token embeddings stay in page-locked host memory, where the embedding kernel
      * reads a token's row over the bus (a few KiB a token; llama.cpp keeps them on the host too),
-     * and their VRAM goes to the expert cache. Not when the output head shares them. */
-    if (m->tok_embd.data && m->tok_embd.data != m->output.data) f->gpu_host_dense_bytes = m->tok_embd.mat_bytes;
+     * and their VRAM goes to the expert cache. Not when the output head shares them.
+     * SLUICE_GPU_EMBED_VRAM=1 keeps them in VRAM (a measurement switch). */
+    const char *ev = getenv("SLUICE_GPU_EMBED_VRAM");
+    if (m->tok_embd.data && m->tok_embd.data != m->output.data && !(ev && atoi(ev) > 0))
+        f->gpu_host_dense_bytes = m->tok_embd.mat_bytes;
 }
 
 #ifndef SLUICE_HAVE_CUDA

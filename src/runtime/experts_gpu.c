@@ -69,6 +69,12 @@ typedef struct gpu_store {
     uint64_t *host_left;    /* [layer][expert]: the demand tick that left it to the host */
     int look_max;           /* lookahead copies per layer (0: no limit) */
     bool wait_pending;      /* copies marked that kernels do not wait for yet */
+    /* the slots as a binary min-heap in victim order (victim_cmp: empty slots first, then by
+     * rank, then by index), kept as ranks change, so that choosing m victims pops about m
+     * slots instead of visiting all of them (pick_victims); victim_scan: the plain pass over
+     * every slot instead (SLUICE_GPU_VICTIM_SCAN=1, a measurement switch; the same victims) */
+    int *heap, *hpos;
+    bool victim_scan;
 } gpu_store;
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -104,12 +110,54 @@ static void point_host(gpu_store *s, int layer, int expert) {
 
 static int key_of(const gpu_store *s, int layer, int expert) { return layer * s->base.n_expert + expert; }
 
+/* ---- the victim heap ----------------------------------------------------------------------- */
+
+static victim victim_of(const gpu_store *s, int i) {
+    const gslot *sl = &s->slots[i];
+    return sl->layer >= 0 ? (victim){sl->score, sl->last, i} : (victim){-INFINITY, 0, i};
+}
+
+static int victim_cmp(const void *x, const void *y);
+
+static bool heap_less(const gpu_store *s, int a, int b) {
+    const victim va = victim_of(s, a), vb = victim_of(s, b);
+    return victim_cmp(&va, &vb) < 0;
+}
+
+static void heap_put(gpu_store *s, int at, int slot) {
+    s->heap[at] = slot;
+    s->hpos[slot] = at;
+}
+
+/* Slot i's rank changed (or it was just placed at the end): move it to its place. */
+static void heap_fix(gpu_store *s, int i) {
+    if (!s->heap) return;
+    int at = s->hpos[i];
+    while (at > 0 && heap_less(s, i, s->heap[(at - 1) / 2])) { /* up */
+        heap_put(s, at, s->heap[(at - 1) / 2]);
+        at = (at - 1) / 2;
+    }
+    for (;;) { /* down */
+        const int l = 2 * at + 1, r = l + 1;
+        int c = at, cs = i;
+        if (l < s->n_slots && heap_less(s, s->heap[l], cs)) c = l, cs = s->heap[l];
+        if (r < s->n_slots && heap_less(s, s->heap[r], cs)) c = r, cs = s->heap[r];
+        if (c == at) break;
+        heap_put(s, at, cs);
+        at = c;
+    }
+    heap_put(s, at, i);
+}
+
 /* A use of (layer, expert) for the policy, and the rank its slot keeps (if it has one). */
 static void touch(gpu_store *s, int layer, int expert) {
     const int key = key_of(s, layer, expert);
     cache_policy_touch(s->policy, key);
     const int i = s->where[key];
-    if (i >= 0) cache_policy_rank(s->policy, key, &s->slots[i].score, &s->slots[i].last);
+    if (i >= 0) {
+        cache_policy_rank(s->policy, key, &s->slots[i].score, &s->slots[i].last);
+        heap_fix(s, i);
+    }
 }
 
 /* Copy (layer, expert) into slot i (queued on the backend's stream) and point the table at it. */
@@ -119,6 +167,7 @@ static void load(gpu_store *s, int i, int layer, int expert) {
     sl->expert = expert;
     s->where[key_of(s, layer, expert)] = i;
     cache_policy_rank(s->policy, key_of(s, layer, expert), &sl->score, &sl->last);
+    heap_fix(s, i);
     const expert_layer_layout *L = &s->layout->layers[layer];
     for (int p = 0; p < EXPERT_PARTS; p++) {
         s->be->ops->copy_async(s->be, slot_part(s, i, layer, p), host_part(s, layer, expert, p),
@@ -152,6 +201,7 @@ static void evict(gpu_store *s, int i) {
     sl->layer = sl->expert = -1;
     sl->demand_load = false;
     s->base.stats.evictions++;
+    heap_fix(s, i);
 }
 
 static bool evictable(const gpu_store *s, const gslot *sl) {
@@ -165,11 +215,52 @@ static int victim_cmp(const void *x, const void *y) {
     return (a->slot > b->slot) - (a->slot < b->slot);
 }
 
-/* The m evictable slots to fill next, coldest first (empty ones before any), in one pass over
- * the slots: find_victim per expert costs a pass each, which for a prefill layer (all 256
- * experts) was 580K slot visits. Returns how many were found (< m when too few are evictable);
- * their indices go to the front of s->cand. */
+/* The heap's side of pick_victims: pop slots in victim order until m are evictable (pinned
+ * and protected ones are passed over), then put every popped slot back; the victims' ranks
+ * change when they are filled (heap_fix). */
+static int pick_victims_heap(gpu_store *s, int m) {
+    int popped = 0, n = 0;
+    int *out = s->hpos + s->n_slots; /* work space: the popped slots in order */
+    while (n < m && popped < s->n_slots) {
+        const int top = s->heap[0], last = s->heap[s->n_slots - 1 - popped];
+        out[popped++] = top;
+        /* the heap shrinks by one: its last slot goes to the root and sinks */
+        const int size = s->n_slots - popped;
+        if (size > 0) {
+            int at = 0;
+            for (;;) {
+                const int l = 2 * at + 1, r = l + 1;
+                int c = at, cs = last;
+                if (l < size && heap_less(s, s->heap[l], cs)) c = l, cs = s->heap[l];
+                if (r < size && heap_less(s, s->heap[r], cs)) c = r, cs = s->heap[r];
+                if (c == at) break;
+                heap_put(s, at, cs);
+                at = c;
+            }
+            heap_put(s, at, last);
+        }
+        const gslot *sl = &s->slots[top];
+        if (sl->layer < 0 || evictable(s, sl)) s->cand[n++] = victim_of(s, top);
+    }
+    for (int j = 0; j < popped; j++) { /* back in, each sifted up from the end */
+        const int slot = out[j];
+        heap_put(s, s->n_slots - popped + j, slot);
+        int at = s->hpos[slot];
+        while (at > 0 && heap_less(s, slot, s->heap[(at - 1) / 2])) {
+            heap_put(s, at, s->heap[(at - 1) / 2]);
+            at = (at - 1) / 2;
+        }
+        heap_put(s, at, slot);
+    }
+    return n;
+}
+
+/* The m evictable slots to fill next, coldest first (empty ones before any). Returns how many
+ * were found (< m when too few are evictable); their indices go to the front of s->cand. From
+ * the heap, or (victim_scan) in one pass over the slots: find_victim per expert costs a pass
+ * each, which for a prefill layer (all 256 experts) was 580K slot visits. */
 static int pick_victims(gpu_store *s, int m) {
+    if (s->heap) return pick_victims_heap(s, m);
     victim *c = s->cand;
     int n = 0;
     const bool few = m <= 32; /* keep the best m in order as we go; else sort them all */
@@ -366,6 +457,8 @@ static void gpu_free(expert_store *base) {
     free(s->missing);
     free(s->host_left);
     free(s->cand);
+    free(s->heap);
+    free(s->hpos);
     free(s);
 }
 
@@ -441,6 +534,18 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
         }
         s->look_max = p->look_max;
         for (int i = 0; i < s->n_slots; i++) s->slots[i].layer = s->slots[i].expert = -1;
+        const char *scan = getenv("SLUICE_GPU_VICTIM_SCAN");
+        s->victim_scan = p->victim_scan || (scan && atoi(scan) > 0);
+        if (!s->victim_scan) { /* every slot empty: in index order, a valid heap */
+            s->heap = malloc((size_t)s->n_slots * sizeof *s->heap);
+            s->hpos = malloc(2 * (size_t)s->n_slots * sizeof *s->hpos);
+            if (!s->heap || !s->hpos) {
+                snprintf(err, err_len, "out of memory");
+                gpu_free(&s->base);
+                return NULL;
+            }
+            for (int i = 0; i < s->n_slots; i++) heap_put(s, i, i);
+        }
         /* warm start: fill the slots expert-major across the layers (an equal share each) */
         int i = 0;
         for (int e = 0; e < l->n_expert && i < s->n_slots; e++)

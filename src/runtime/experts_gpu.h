@@ -18,6 +18,8 @@ typedef struct gpu_store_params {
     int host_max;                /* copy path: a decode layer's misses the host may compute
                                   * (moe_experts_host) instead of copying them; 0: none */
     int look_max;                /* copy path: router-lookahead copies per layer; 0: no limit */
+    bool victim_scan;            /* choose victims by a pass over every slot, not the heap (the
+                                  * same choices; tests compare the two) */
 } gpu_store_params;
 
 /* Bytes of one VRAM slot (the largest expert, parts 256-byte aligned). */

@@ -233,6 +233,9 @@ static int pick_set(int step, int L, int n, int32_t *out) {
     return m;
 }
 
+/* choose victims by the pass over every slot instead of the heap (the same victims) */
+static bool victim_scan;
+
 static expert_store *new_store_host(bool zerocopy, bool defer, int n_slots, int promote_max, int host_max);
 static expert_store *new_store(bool zerocopy, bool defer, int n_slots, int promote_max) {
     return new_store_host(zerocopy, defer, n_slots, promote_max, 0);
@@ -246,7 +249,7 @@ static expert_store *new_store_host(bool zerocopy, bool defer, int n_slots, int 
     const uint64_t sb = expert_gpu_slot_bytes(&layout);
     gpu_store_params p = {.be = &f->b, .layout = &layout, .file = file, .resident = false,
                           .cache_bytes = sb * (uint64_t)n_slots + sb / 2, .zerocopy = zerocopy,
-                          .promote_max = promote_max, .host_max = host_max};
+                          .promote_max = promote_max, .host_max = host_max, .victim_scan = victim_scan};
     char err[256] = "";
     expert_store *s = expert_store_gpu_new(&p, err, sizeof err);
     CHECKF(s != NULL, "%s", err);
@@ -401,12 +404,16 @@ static void run_stream(bool zerocopy, bool defer, int steps, run_result *r) {
 }
 
 static void test_stream(bool zerocopy) {
-    run_result a, b, c;
+    run_result a, b, c, d;
     run_stream(zerocopy, true, 400, &a);
     run_stream(zerocopy, true, 400, &b);
     run_stream(zerocopy, false, 400, &c); /* copies done at once: the store cannot tell */
+    victim_scan = true; /* victims by a pass over the slots: every choice the heap's */
+    run_stream(zerocopy, true, 400, &d);
+    victim_scan = false;
     CHECKF(memcmp(&a, &b, sizeof a) == 0, "zerocopy=%d: two runs differ", zerocopy);
     CHECKF(memcmp(&a, &c, sizeof a) == 0, "zerocopy=%d: deferred/immediate differ", zerocopy);
+    CHECKF(memcmp(&a, &d, sizeof a) == 0, "zerocopy=%d: heap/scan victims differ", zerocopy);
     if (zerocopy) CHECK(a.promoted > 0);
     printf("%-9s acquires %llu hits %llu misses %llu evictions %llu promoted %llu\n",
            zerocopy ? "zero-copy" : "copy", (unsigned long long)a.stats.acquires,
