@@ -174,6 +174,9 @@ static void check_dots(rng *r, kernel_isa isa) {
         for (int rep = 0; rep < (kquant ? 10 : 8); rep++) {
             const bool extreme = rep >= 8;
             int64_t n = be * (1 + rnd(r) % (be >= 256 ? 12 : 40));
+            /* float weights: rows of whole 16-value chunks (the F32 tile's fold of 16 sums at
+             * once) up to 768 values, or with a tail */
+            if (be == 1) n = 16 * (1 + (int64_t)(rnd(r) % 48)) + (rep % 2 ? (int64_t)(rnd(r) % 16) : 0);
             int rows = 1 + (int)(rnd(r) % 11), toks = 1 + (int)(rnd(r) % (rep < 4 ? 16 : 40));
             size_t ws = quant_row_bytes(type, n), as = quant_row_bytes(t->act_type, n);
             size_t pb = tile->packed_bytes(n, toks);

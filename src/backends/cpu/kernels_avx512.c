@@ -1113,6 +1113,70 @@ static inline __m512 fold16x16(__m512 *acc) {
     return _mm512_add_ps(_mm512_permutex2var_ps(o[0], l4a, o[1]), _mm512_permutex2var_ps(o[0], l4b, o[1]));
 }
 
+/* ---- F32 weights, several tokens (routers in prefill) ----------------------------------------
+ * Each (row, token) is dot_f32's sum (kernels_x86.inc): 16 lanes over 16-value chunks in order
+ * (a product, then an add: never fused), the tail's products into the first lanes, then the
+ * tree w = 8, 4, 2, 1. The dot loop runs one such chain at a time, an add's latency per chunk;
+ * here 4 rows x 4 tokens run side by side (16 chains, each weight chunk loaded once for 4
+ * tokens and each token chunk for 4 rows) and, without a tail, the 16 folds by fold16x16 at
+ * once (the same lane pairs in the same order). The "packed" activations are the rows as given. */
+#define F32_BLOCK 16 /* rows x tokens per cache block: 2 x 16 rows of 8 KiB at 2,048 values */
+
+static size_t f32_packed_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)n * sizeof(float); }
+
+static void f32_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    (void)toks;
+    for (int t = t0; t < t1; t++)
+        memcpy((float *)dst + (size_t)t * (size_t)n, (const uint8_t *)a + (size_t)t * as, (size_t)n * sizeof(float));
+}
+
+static void f32_tile_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
+                         size_t os) {
+    const float *x = packed;
+    const int64_t nf = n / 16 * 16;
+    const int tail = (int)(n - nf);
+    for (int rb = 0; rb < rows; rb += F32_BLOCK)
+        for (int tb = 0; tb < toks; tb += F32_BLOCK)
+            for (int r0 = rb; r0 < rows && r0 < rb + F32_BLOCK; r0 += 4)
+                for (int t0 = tb; t0 < toks && t0 < tb + F32_BLOCK; t0 += 4) {
+                    const int R = rows - r0 < 4 ? rows - r0 : 4, T = toks - t0 < 4 ? toks - t0 : 4;
+                    const float *wr[4], *xt[4]; /* padding rows and tokens repeat the last: never stored */
+                    for (int r = 0; r < 4; r++) wr[r] = (const float *)((const uint8_t *)w + (size_t)(r0 + (r < R ? r : R - 1)) * ws);
+                    for (int t = 0; t < 4; t++) xt[t] = x + (size_t)(t0 + (t < T ? t : T - 1)) * (size_t)n;
+                    __m512 acc[16]; /* [token][row] */
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+                    for (int64_t i = 0; i < nf; i += 16) {
+                        __m512 wv[4];
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++) wv[r] = _mm512_loadu_ps(wr[r] + i);
+#pragma GCC unroll 4
+                        for (int t = 0; t < 4; t++) {
+                            const __m512 xv = _mm512_loadu_ps(xt[t] + i);
+#pragma GCC unroll 4
+                            for (int r = 0; r < 4; r++) acc[4 * t + r] = _mm512_add_ps(acc[4 * t + r], _mm512_mul_ps(wv[r], xv));
+                        }
+                    }
+                    _Alignas(64) float v[16];
+                    if (tail == 0) {
+                        _mm512_store_ps(v, fold16x16(acc));
+                    } else {
+                        for (int d = 0; d < 16; d++) {
+                            float sl[16];
+                            _mm512_storeu_ps(sl, acc[d]);
+                            for (int i = 0; i < tail; i++) sl[i] += wr[d % 4][nf + i] * xt[d / 4][nf + i];
+                            for (int h = 8; h >= 1; h /= 2)
+                                for (int j = 0; j < h; j++) sl[j] += sl[j + h];
+                            v[d] = sl[0];
+                        }
+                    }
+                    for (int t = 0; t < T; t++)
+                        for (int r = 0; r < R; r++) out[(size_t)(t0 + t) * os + (size_t)(r0 + r)] = v[4 * t + r];
+                }
+}
+
+static const kernel_tile tile_f32 = {f32_packed_bytes, f32_pack, f32_tile_run, 0};
+
 /* The attention kernel, hd = 16 * NQ and hd_v = 16 * NV, register-blocked over the query heads
  * of the group: one key or value vector loaded into a register serves up to ATTN_HB heads, so a
  * tile's keys and values are read from L1/L2 once per block of heads instead of once per head
@@ -1334,6 +1398,7 @@ void kernels_register_avx512(kernel_set *ks) {
     kx_register_common(ks); /* the 256-bit kernels, then the 512-bit ones over them */
     ks->attn = attn_avx512;
     ks->attn_tokens = attn_tokens_avx512;
+    ks->tile[GGML_TYPE_F32] = &tile_f32;
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
