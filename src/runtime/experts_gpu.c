@@ -129,24 +129,27 @@ static void heap_put(gpu_store *s, int at, int slot) {
     s->hpos[slot] = at;
 }
 
-/* Slot i's rank changed (or it was just placed at the end): move it to its place. */
-static void heap_fix(gpu_store *s, int i) {
-    if (!s->heap) return;
-    int at = s->hpos[i];
-    while (at > 0 && heap_less(s, i, s->heap[(at - 1) / 2])) { /* up */
+/* Place slot at heap position `at` of a heap of `size`, moving it up or down as its rank needs. */
+static void heap_sift(gpu_store *s, int at, int slot, int size) {
+    while (at > 0 && heap_less(s, slot, s->heap[(at - 1) / 2])) { /* up */
         heap_put(s, at, s->heap[(at - 1) / 2]);
         at = (at - 1) / 2;
     }
     for (;;) { /* down */
         const int l = 2 * at + 1, r = l + 1;
-        int c = at, cs = i;
-        if (l < s->n_slots && heap_less(s, s->heap[l], cs)) c = l, cs = s->heap[l];
-        if (r < s->n_slots && heap_less(s, s->heap[r], cs)) c = r, cs = s->heap[r];
+        int c = at, cs = slot;
+        if (l < size && heap_less(s, s->heap[l], cs)) c = l, cs = s->heap[l];
+        if (r < size && heap_less(s, s->heap[r], cs)) c = r, cs = s->heap[r];
         if (c == at) break;
         heap_put(s, at, cs);
         at = c;
     }
-    heap_put(s, at, i);
+    heap_put(s, at, slot);
+}
+
+/* Slot i's rank changed: move it to its place. */
+static void heap_fix(gpu_store *s, int i) {
+    if (s->heap) heap_sift(s, s->hpos[i], i, s->n_slots);
 }
 
 /* A use of (layer, expert) for the policy, and the rank its slot keeps (if it has one). */
@@ -222,36 +225,16 @@ static int pick_victims_heap(gpu_store *s, int m) {
     int popped = 0, n = 0;
     int *out = s->hpos + s->n_slots; /* work space: the popped slots in order */
     while (n < m && popped < s->n_slots) {
-        const int top = s->heap[0], last = s->heap[s->n_slots - 1 - popped];
+        const int top = s->heap[0];
         out[popped++] = top;
         /* the heap shrinks by one: its last slot goes to the root and sinks */
         const int size = s->n_slots - popped;
-        if (size > 0) {
-            int at = 0;
-            for (;;) {
-                const int l = 2 * at + 1, r = l + 1;
-                int c = at, cs = last;
-                if (l < size && heap_less(s, s->heap[l], cs)) c = l, cs = s->heap[l];
-                if (r < size && heap_less(s, s->heap[r], cs)) c = r, cs = s->heap[r];
-                if (c == at) break;
-                heap_put(s, at, cs);
-                at = c;
-            }
-            heap_put(s, at, last);
-        }
+        if (size > 0) heap_sift(s, 0, s->heap[size], size);
         const gslot *sl = &s->slots[top];
         if (sl->layer < 0 || evictable(s, sl)) s->cand[n++] = victim_of(s, top);
     }
-    for (int j = 0; j < popped; j++) { /* back in, each sifted up from the end */
-        const int slot = out[j];
-        heap_put(s, s->n_slots - popped + j, slot);
-        int at = s->hpos[slot];
-        while (at > 0 && heap_less(s, slot, s->heap[(at - 1) / 2])) {
-            heap_put(s, at, s->heap[(at - 1) / 2]);
-            at = (at - 1) / 2;
-        }
-        heap_put(s, at, slot);
-    }
+    for (int j = 0; j < popped; j++) /* back in, each from the end */
+        heap_sift(s, s->n_slots - popped + j, out[j], s->n_slots - popped + j + 1);
     return n;
 }
 
