@@ -35,9 +35,10 @@
 #   eager     resident decode of the 35B-A3B shape without CUDA graphs (the host's launch cost)
 #   copy2     copy-mode decode (--gpu-budget 8GiB, p512+n64) twice on each 35B-A3B file, with
 #             SLUICE_MOE_TIMING's host breakdown
-#   sab       streamed decode A/B/A on each 35B-A3B file (skewed first): copy mode, --gpu-budget
-#             8GiB, p512+n64, SLUICE_MOE_TIMING's breakdown; SAB_ENV="VAR=1 ...[;VAR2=1 ...]": each
-#             ';'-separated set of variables once, with a default run before the first and after each
+#   sab       streamed decode A/B/A on each 35B-A3B file (skewed first): --gpu-miss SAB_MISS (default
+#             copy), --gpu-budget 8GiB, p512+n64, SLUICE_MOE_TIMING's breakdown; SAB_ENV="VAR=1
+#             ...[;VAR2=1 ...]": each ';'-separated set of variables once, with a default run before
+#             the first and after each
 #   stream30  the same for the 30B-A3B shape (uniform): --gpu-budget 8GiB copy and zero-copy decode, pp2048,
 #             resident for the hashes; with llama, llama.cpp -ncmoe 29 (about 8 GiB of VRAM)
 #   pprof     prefill per-op profile (--gpu-profile: eager, events around every op) of pp2048 on
@@ -368,7 +369,8 @@ if has sab; then # A/B/A of environment variables on the streamed decode (same b
   IFS=';' read -ra SAB_SETS <<< "${SAB_ENV:-}"
   sab_one() { # label, variables
     ( [ -n "$2" ] && export $2
-      SLUICE_MOE_TIMING=1 bench_one "$1 8GiB copy [${2:-default}]" -m "$f" --gpu --gpu-budget 8GiB -p 512 -n 64 -r 1
+      SLUICE_MOE_TIMING=1 bench_one "$1 8GiB ${SAB_MISS:-copy} [${2:-default}]" -m "$f" --gpu --gpu-budget 8GiB \
+        --gpu-miss "${SAB_MISS:-copy}" -p 512 -n 64 -r 1
       grep "moe timing" "$OUT/bench-tmp.txt" | tail -1 >> "$OUT/summary.txt" )
   }
   for f in "$Q35Z" "$Q35"; do

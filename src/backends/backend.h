@@ -293,7 +293,9 @@ typedef struct backend_ops {
      * copy_end) start after the work queued before the batch's first copy, and may overlap
      * work queued after it. copy_end closes the batch; with mark it remembers every copy queued
      * so far, and copy_wait makes every later operation wait for the copies of the last mark.
-     * NULL copy_end / copy_wait: copies are ordered with everything else. */
+     * NULL copy_end / copy_wait: copies are ordered with everything else. Nothing else waits
+     * for copies (a graph replay neither): whoever points a table entry at a copy's
+     * destination calls copy_wait before the kernels that read it. */
     void (*copy_async)(backend *b, void *dst, const void *src, size_t bytes);
     void (*copy_end)(backend *b, bool mark);
     void (*copy_wait)(backend *b);

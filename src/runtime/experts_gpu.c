@@ -41,6 +41,10 @@ typedef struct gslot {
      * chooses twice, over every slot); refreshed whenever the expert is touched */
     double score;
     uint64_t last;
+    /* zerocopy promotions: copying while the table still points at the host bytes (set at
+     * the next step's commit), and the step whose kernels last read the host bytes */
+    bool copying;
+    uint64_t host_step;
 } gslot;
 
 typedef struct victim { /* an eviction candidate (pick_victims) */
@@ -62,7 +66,7 @@ typedef struct gpu_store {
     int32_t *where;         /* [layer][expert] -> slot or -1 */
     cache_policy *policy;
     uint64_t demand_tick;
-    int promote_max;        /* promotions per observed step */
+    int promote_max;        /* promotions per layer of an observed step */
     uint8_t *mark;          /* [n_expert] */
     victim *cand;           /* [n_slots] pick_victims' work space */
     int32_t *missing;       /* [n_expert] gpu_prefetch's experts to load */
@@ -75,6 +79,13 @@ typedef struct gpu_store {
      * every slot instead (SLUICE_GPU_VICTIM_SCAN=1, a measurement switch; the same victims) */
     int *heap, *hpos;
     bool victim_scan;
+    /* zerocopy: promotions copy beside the next step and their entries follow a step later
+     * (commit_promotions); promote_wait: the old way, the next step waits for the copies */
+    bool promote_wait;
+    int *copying;           /* [n_slots] slots with a promotion in flight */
+    int n_copying;
+    uint64_t obs_step;      /* decode steps observed */
+    int obs_layer;          /* the last layer observed (a lower one starts a step) */
 } gpu_store;
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -163,8 +174,12 @@ static void touch(gpu_store *s, int layer, int expert) {
     }
 }
 
-/* Copy (layer, expert) into slot i (queued on the backend's stream) and point the table at it. */
-static void load(gpu_store *s, int i, int layer, int expert) {
+static void point_slot(gpu_store *s, int i, int layer, int expert);
+
+/* Copy (layer, expert) into slot i (on the backend's copy stream); with point, point the table
+ * at it now (the kernels that read it wait for the copy: kernels_wait), else the entry keeps
+ * the host bytes until point_slot. */
+static void fill(gpu_store *s, int i, int layer, int expert, bool point) {
     gslot *sl = &s->slots[i];
     sl->layer = layer;
     sl->expert = expert;
@@ -178,9 +193,15 @@ static void load(gpu_store *s, int i, int layer, int expert) {
         s->base.stats.bytes_read += L->part[p].bytes;
         s->base.stats.reads++;
     }
+    if (point) point_slot(s, i, layer, expert);
+}
+
+static void point_slot(gpu_store *s, int i, int layer, int expert) {
     s->be->ops->experts_set(s->be, layer, expert, slot_part(s, i, layer, EXPERT_GATE),
                             slot_part(s, i, layer, EXPERT_UP), slot_part(s, i, layer, EXPERT_DOWN));
 }
+
+static void load(gpu_store *s, int i, int layer, int expert) { fill(s, i, layer, expert, true); }
 
 /* The backend runs copies beside the kernels (backend.h copy_end / copy_wait). Close a batch
  * of slot copies; with mark, the next kernels_wait makes kernels wait for every copy so far. */
@@ -200,7 +221,8 @@ static void evict(gpu_store *s, int i) {
     gslot *sl = &s->slots[i];
     if (sl->layer < 0) return;
     s->where[key_of(s, sl->layer, sl->expert)] = -1;
-    point_host(s, sl->layer, sl->expert);
+    if (!sl->copying) point_host(s, sl->layer, sl->expert); /* copying: it points there still */
+    sl->copying = false;
     sl->layer = sl->expert = -1;
     sl->demand_load = false;
     s->base.stats.evictions++;
@@ -208,7 +230,25 @@ static void evict(gpu_store *s, int i) {
 }
 
 static bool evictable(const gpu_store *s, const gslot *sl) {
-    return sl->pins == 0 && sl->protect_tick != s->demand_tick;
+    return sl->pins == 0 && sl->protect_tick != s->demand_tick && !sl->copying;
+}
+
+/* Point the table at the slots that the last observe's promotions are filling. Kernels queued
+ * from now on wait for those copies, which a decode step in between has long finished, so the
+ * device does not stall on them (it did when each step waited for its promotions). host_step:
+ * the step whose kernels read these experts from host memory still (stats), or 0. */
+static void commit_promotions(gpu_store *s, uint64_t host_step) {
+    if (s->n_copying == 0) return;
+    kernels_wait(s);
+    for (int j = 0; j < s->n_copying; j++) {
+        const int i = s->copying[j];
+        gslot *sl = &s->slots[i];
+        if (!sl->copying) continue;
+        sl->copying = false;
+        sl->host_step = host_step;
+        point_slot(s, i, sl->layer, sl->expert);
+    }
+    s->n_copying = 0;
 }
 
 static int victim_cmp(const void *x, const void *y) {
@@ -288,6 +328,7 @@ static int gpu_acquire(expert_store *base, int layer, int expert, expert_views *
         }
         return 0;
     }
+    commit_promotions(s, 0);
     int i = s->where[key_of(s, layer, expert)];
     if (i < 0 && s->host_left && s->host_left[key_of(s, layer, expert)] == s->demand_tick) {
         /* left in host memory by prefetch_host: the host computes it, nothing to copy or pin */
@@ -343,6 +384,7 @@ static void gpu_release(expert_store *base, int layer, int expert) {
 /* Load the missing ones of experts into slots, leaving up to `leave` of them (the last ones
  * listed) in host memory for the host to compute (demand only). Returns how many were left. */
 static int prefetch_common(gpu_store *s, int layer, const int32_t *experts, int n, bool demand, int leave) {
+    commit_promotions(s, 0);
     if (demand) s->demand_tick++;
     int m = 0;
     for (int k = 0; k < n; k++) {
@@ -389,7 +431,9 @@ static int gpu_prefetch_host(expert_store *base, int layer, const int32_t *exper
 }
 
 /* After a decode step without the host (zerocopy): count hits and misses per unique expert and
- * promote missed experts that are hotter than the coldest cached one. */
+ * promote missed experts that are hotter than the coldest cached one. A promotion's copy runs
+ * beside the next step, whose kernels still read the expert from host memory; the step after
+ * reads the slot (commit_promotions, at the first layer observed of a step). */
 static int gpu_observe(expert_store *base, int layer, const int32_t *experts, int n) {
     gpu_store *s = (gpu_store *)base;
     if (s->resident) {
@@ -397,6 +441,11 @@ static int gpu_observe(expert_store *base, int layer, const int32_t *experts, in
         base->stats.hits += (uint64_t)n;
         return 0;
     }
+    if (layer <= s->obs_layer) { /* a new step */
+        s->obs_step++;
+        commit_promotions(s, s->obs_step);
+    }
+    s->obs_layer = layer;
     int promoted = 0;
     for (int k = 0; k < n; k++) {
         const int e = experts[k];
@@ -405,25 +454,30 @@ static int gpu_observe(expert_store *base, int layer, const int32_t *experts, in
         base->stats.acquires++;
         const int key = key_of(s, layer, e);
         touch(s, layer, e);
-        if (s->where[key] >= 0) {
+        const int at = s->where[key];
+        if (at >= 0 && s->slots[at].host_step != s->obs_step) {
             base->stats.hits++;
             continue;
         }
         base->stats.misses++;
-        if (promoted >= s->promote_max) continue;
+        if (at >= 0 || promoted >= s->promote_max) continue; /* at: promoted last step */
         const int v = find_victim(s);
         if (v < 0) continue;
         const gslot *vs = &s->slots[v];
         if (vs->layer >= 0 && !cache_policy_prefer_evict(s->policy, key_of(s, vs->layer, vs->expert), key))
             continue; /* the coldest cached expert is still hotter than this one */
         evict(s, v);
-        load(s, v, layer, e);
+        fill(s, v, layer, e, s->promote_wait);
+        if (!s->promote_wait) {
+            s->slots[v].copying = true;
+            s->copying[s->n_copying++] = v;
+        }
         promoted++;
     }
     for (int k = 0; k < n; k++)
         if (experts[k] >= 0 && experts[k] < base->n_expert) s->mark[experts[k]] = 0;
-    copies_end(s, true); /* the next step's kernels read the promoted slots */
-    kernels_wait(s);
+    copies_end(s, true); /* commit_promotions (or, promote_wait, the next step) waits for them */
+    if (s->promote_wait) kernels_wait(s);
     return 0;
 }
 
@@ -442,6 +496,7 @@ static void gpu_free(expert_store *base) {
     free(s->cand);
     free(s->heap);
     free(s->hpos);
+    free(s->copying);
     free(s);
 }
 
@@ -516,6 +571,15 @@ expert_store *expert_store_gpu_new(const gpu_store_params *p, char *err, size_t 
             s->base.host_max = p->host_max;
         }
         s->look_max = p->look_max;
+        const char *pw = getenv("SLUICE_GPU_PROMOTE_WAIT");
+        s->promote_wait = p->promote_wait || (pw && atoi(pw) > 0);
+        s->obs_layer = l->n_layer; /* the first layer observed starts a step */
+        s->copying = malloc((size_t)s->n_slots * sizeof *s->copying);
+        if (!s->copying) {
+            snprintf(err, err_len, "out of memory");
+            gpu_free(&s->base);
+            return NULL;
+        }
         for (int i = 0; i < s->n_slots; i++) s->slots[i].layer = s->slots[i].expert = -1;
         const char *scan = getenv("SLUICE_GPU_VICTIM_SCAN");
         s->victim_scan = p->victim_scan || (scan && atoi(scan) > 0);

@@ -14,7 +14,10 @@ typedef struct gpu_store_params {
     bool resident;               /* the backend holds a device copy of the whole file */
     uint64_t cache_bytes;        /* stream: VRAM slot pool */
     bool zerocopy;               /* stream: decode reads misses from pinned memory */
-    int promote_max;             /* zerocopy: promotions per step (0: 16) */
+    int promote_max;             /* zerocopy: promotions per layer and step (0: 16) */
+    bool promote_wait;           /* zerocopy: the next step waits for the promotions' copies
+                                  * and reads the slots (else it runs beside the copies and
+                                  * still reads host memory; the step after reads the slots) */
     int host_max;                /* copy path: a decode layer's misses the host may compute
                                   * (moe_experts_host) instead of copying them; 0: none */
     int look_max;                /* copy path: router-lookahead copies per layer; 0: no limit */

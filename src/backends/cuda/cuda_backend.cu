@@ -756,7 +756,9 @@ static bool op_graph_replay(backend *b, uint64_t key, const int32_t *tokens, int
     if (!g || !g->exec || n > c->in_cap) return false;
     const double t0 = c->graph_timing ? wall_ms() : 0;
     cuda_table_flush(c);
-    copy_join(c);
+    /* no join: copies still in flight fill slots that no entry points at yet (the expert
+     * store points one at a slot only after copy_wait), so the step runs beside them */
+    copy_flush(c);
     CU(cudaStreamSynchronize(c->stream));
     write_inputs(c, tokens, n, pos0);
     if (c->graph_timing) CU(cudaEventRecord(c->ev0, c->stream));
