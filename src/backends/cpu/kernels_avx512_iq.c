@@ -202,6 +202,29 @@ __attribute__((target("avx512vbmi,avx512bitalg"))) static float dot_iq3_xxs_plan
     return 0.25f * sumf;
 }
 
+/* IQ2_XS with VBMI: the codes of qword m's entry spread to its eight bytes by one vpmultishiftqb
+ * (byte k takes the qword's bits 2k..2k+7, code k in its low two) and mapped to magnitudes by one
+ * vpermb over a 64-byte table indexed by those six bits (lut2[i & 3]): 3 operations a vector
+ * where the register kernel takes 7 (shift, mask, spread, vpshufb). The same magnitudes, so the
+ * same sums and bits (test_kernels; SLUICE_IQ2_MULTISHIFT=0: the register kernel). */
+__attribute__((target("avx512vbmi"))) static float dot_iq2_xs_ms(int64_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    const __m512i ctrl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2, repeated: entry i is lut2[i & 3] */
+    float sumf = 0.0f;
+    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
+        uint8_t sb[32];
+        const __m512i codes = iq2_xs_codes_reg(x, sb);
+        __m512i mag[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            mag[r] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi16(iq2_xs_rep(r), codes)), lut);
+        const int32_t isum = iq_block_isum((const int8_t *)(y + 4), mag, sb, iq2_xs_scales16(x));
+        sumf += (ld_f16(x) * ld_f32(y)) * (float)isum;
+    }
+    return 0.125f * sumf;
+}
+
 /* AVX-512 VBMI (vpermt2b) and BITALG (vpshufbitqmb), beside the level's F/BW/VL/DQ/VNNI */
 static bool cpu_has_vbmi_bitalg(void) {
     unsigned a, b, c, d;
@@ -269,6 +292,8 @@ void kernels_register_avx512_iq(kernel_set *ks) {
     kernels_iq_reg = iq_codes_init() && !getenv("SLUICE_IQ_GRID_LOADS");
     ks->dot[GGML_TYPE_IQ2_XS] = kernels_iq_reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
     ks->dot[GGML_TYPE_IQ3_XXS] = kernels_iq_reg ? dot_iq3_xxs_reg : dot_iq3_xxs_512;
+    const char *ms = getenv("SLUICE_IQ2_MULTISHIFT"); /* 0: the register kernel (tests, A/B runs) */
+    if (kernels_iq_reg && cpu_has_vbmi_bitalg() && !(ms && !strcmp(ms, "0"))) ks->dot[GGML_TYPE_IQ2_XS] = dot_iq2_xs_ms;
     const char *planes = getenv("SLUICE_IQ3_PLANES"); /* 0: the register kernel (tests, A/B runs) */
     if (kernels_iq_reg && cpu_has_vbmi_bitalg() && !(planes && !strcmp(planes, "0"))) {
         iq3_planes_init();

@@ -129,10 +129,10 @@ static inline void iq3_xxs_mags_reg(const uint8_t *x, __m512i mag[4]) {
 
 /* IQ2_XS super-block x: the 256 magnitudes as four vectors of 64 bytes (two groups each) and
  * the 32 sign bytes (one per grid index, bit j for its value j) in sb */
-static inline void iq2_xs_mags_reg(const uint8_t *x, __m512i mag[4], uint8_t sb[32]) {
-    const __m512i m511 = _mm512_set1_epi16(511), m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
-    const __m512i shifts = _mm512_set1_epi64(0x000c000800040000ll);
-    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2 */
+/* IQ2_XS super-block x: its 32 grid entries as words of eight 2-bit codes (entry order), and
+ * the 32 sign bytes (one per grid index, bit j for its value j) in sb */
+static inline __m512i iq2_xs_codes_reg(const uint8_t *x, uint8_t sb[32]) {
+    const __m512i m511 = _mm512_set1_epi16(511);
     const __m512i qs = _mm512_loadu_si512((const void *)(x + 2));
     /* the 32 codes: eight two-table permutes (index bits 0-5), a select on bits 6, 7, 8; the
      * table read from memory (L1): a copy in a local array went to the stack */
@@ -150,16 +150,29 @@ static inline void iq2_xs_mags_reg(const uint8_t *x, __m512i mag[4], uint8_t sb[
     }
     const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
     const __m512i l2a = _mm512_mask_blend_epi16(b7, l1[0], l1[1]), l2b = _mm512_mask_blend_epi16(b7, l1[2], l1[3]);
-    const __m512i codes = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
     _mm256_storeu_si256((__m256i *)sb, ksign_bytes32(_mm512_cvtepi16_epi8(_mm512_srli_epi16(qs, 9))));
+    return _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), l2a, l2b);
+}
+
+/* The word permute that puts entry 8r + m's codes in all four words of qword m. */
+static inline __m512i iq2_xs_rep(int r) {
+    const long long e = 0x0001000100010001ll;
+    return _mm512_set_epi64(e * (8 * r + 7), e * (8 * r + 6), e * (8 * r + 5), e * (8 * r + 4), e * (8 * r + 3),
+                            e * (8 * r + 2), e * (8 * r + 1), e * (8 * r));
+}
+
+/* IQ2_XS super-block x: the 256 magnitudes as four vectors of 64 bytes (two groups each) and
+ * the 32 sign bytes (one per grid index, bit j for its value j) in sb */
+static inline void iq2_xs_mags_reg(const uint8_t *x, __m512i mag[4], uint8_t sb[32]) {
+    const __m512i m15 = _mm512_set1_epi16(15), m300 = _mm512_set1_epi16(0x300);
+    const __m512i shifts = _mm512_set1_epi64(0x000c000800040000ll);
+    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2 */
+    const __m512i codes = iq2_xs_codes_reg(x, sb);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         /* qword m: the code of index 8r + m in all four words; word k shifted by 4k keeps the
          * codes of values 2k, 2k + 1 in its low nibble; spread to the word's two bytes */
-        const long long e = 0x0001000100010001ll;
-        const __m512i rep = _mm512_set_epi64(e * (8 * r + 7), e * (8 * r + 6), e * (8 * r + 5), e * (8 * r + 4),
-                                             e * (8 * r + 3), e * (8 * r + 2), e * (8 * r + 1), e * (8 * r));
-        const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(rep, codes), shifts), m15);
+        const __m512i L = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(iq2_xs_rep(r), codes), shifts), m15);
         mag[r] = _mm512_shuffle_epi8(lut, _mm512_or_si512(L, _mm512_and_si512(_mm512_slli_epi16(L, 6), m300)));
     }
 }
