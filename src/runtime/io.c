@@ -1,5 +1,12 @@
 /* I/O engine: io_uring when available, else a pread thread pool (see io.h). Setting the
- * environment variable SLUICE_IO_BACKEND=pread forces the pool (tests cover both). */
+ * environment variable SLUICE_IO_BACKEND=pread forces the pool (tests cover both).
+ *
+ * SLUICE_IO_LOG=FILE appends every read an engine submits to FILE as fio's iolog (version 2:
+ * "PATH read OFFSET LENGTH" lines after "PATH add" / "PATH open"), so that `fio --read_iolog=FILE
+ * --replay_no_stall=1 --direct=1 --ioengine=io_uring --iodepth=N` replays exactly a run's reads
+ * as fast as the disk gives them: the I/O ceiling of that run, with its offsets and sizes
+ * (bench/stream/io_ceiling.sh). Each line is one write() to a file opened O_APPEND, so engines
+ * of one process (experts, n-gram table) may share the file. */
 #include "runtime/io.h"
 
 #include <errno.h>
@@ -33,7 +40,43 @@ struct io_engine {
     /* statistics */
     atomic_ulong reads, bytes;
     double wait_s;
+    /* SLUICE_IO_LOG: the log's descriptor (-1: none) and the file's path as the log names it */
+    int log_fd;
+    char *log_path;
 };
+
+/* Open the read log named by SLUICE_IO_LOG (if any) for path: the iolog header when the file is
+ * new, then this file's add and open lines. A log that cannot be opened is reported once and
+ * left off: it is a measurement aid, never a reason to fail a run. */
+static void log_open(io_engine *io, const char *path) {
+    io->log_fd = -1;
+    const char *log = getenv("SLUICE_IO_LOG");
+    if (!log || !*log) return;
+    char *abs = realpath(path, NULL);
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const bool fresh = fd >= 0;
+    if (!fresh) fd = open(log, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 || !abs) {
+        fprintf(stderr, "sluice: SLUICE_IO_LOG=%s: %s (no read log)\n", log, strerror(errno));
+        if (fd >= 0) close(fd);
+        free(abs);
+        return;
+    }
+    if (fresh) dprintf(fd, "fio version 2 iolog\n");
+    dprintf(fd, "%s add\n", abs);
+    dprintf(fd, "%s open\n", abs);
+    io->log_fd = fd;
+    io->log_path = abs;
+}
+
+static void log_read(const io_engine *io, const io_req *r) {
+    if (io->log_fd < 0) return;
+    char line[4352];
+    const int n = snprintf(line, sizeof line, "%s read %llu %llu\n", io->log_path, (unsigned long long)r->offset,
+                           (unsigned long long)r->len);
+    if (n > 0 && n < (int)sizeof line && write(io->log_fd, line, (size_t)n) != n) { /* best effort */
+    }
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -153,6 +196,7 @@ io_engine *io_open(const char *path, io_mode mode, int depth, char *err, size_t 
     }
     io->mode = mode;
     io->depth = depth;
+    io->log_fd = -1;
     io->fd = open(path, O_RDONLY | O_CLOEXEC | (mode == IO_DIRECT ? O_DIRECT : 0));
     if (io->fd < 0) {
         snprintf(err, err_len, "%s: %s%s", path, strerror(errno),
@@ -160,6 +204,7 @@ io_engine *io_open(const char *path, io_mode mode, int depth, char *err, size_t 
         free(io);
         return NULL;
     }
+    log_open(io, path);
     const char *force = getenv("SLUICE_IO_BACKEND");
     bool want_uring = !(force && strcmp(force, "pread") == 0);
     if (want_uring && io_uring_queue_init((unsigned)depth, &io->ring, 0) == 0) {
@@ -211,6 +256,11 @@ void io_close(io_engine *io) {
     free(io->threads);
     free(io->queue);
     if (io->fd >= 0) close(io->fd);
+    if (io->log_fd >= 0) {
+        dprintf(io->log_fd, "%s close\n", io->log_path);
+        close(io->log_fd);
+    }
+    free(io->log_path);
     free(io);
 }
 
@@ -226,6 +276,7 @@ int io_submit(io_engine *io, io_req *r) {
     r->done = 0;
     r->err = 0;
     r->state = 1;
+    log_read(io, r);
     if (io->uring) {
         while (io->in_flight >= io->depth) uring_reap(io, true);
         uring_queue(io, r);
