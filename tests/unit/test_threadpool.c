@@ -35,6 +35,35 @@ static void count_share(void *ctx, int ith, int nth) {
  * a missing run of the job it belonged to. */
 static void count_share_b(void *ctx, int ith, int nth) { count_share(ctx, ith, nth); }
 
+/* The share splits: every item in exactly one share, in order; the even split's shares differ by
+ * at most one item; the guided split's shrink (up to one item of rounding), its last share
+ * holds about 2 / (nth (nth + 1)) of the items, and no arithmetic overflows at large n. */
+static void check_splits(void) {
+    const int64_t ns[] = {0, 1, 3, 7, 100, 768, 2048, 6144, 16384, 1000003, (int64_t)1 << 40};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+        for (int nth = 1; nth <= 64; nth++) {
+            const int64_t n = ns[k];
+            int64_t prev_e = 0, prev_g = 0, size_prev = INT64_MAX, min_e = INT64_MAX, max_e = 0;
+            for (int i = 0; i < nth; i++) {
+                int64_t lo, hi;
+                threadpool_share(n, i, nth, &lo, &hi);
+                CHECKF(lo == prev_e && hi >= lo, "even n=%lld nth=%d share %d", (long long)n, nth, i);
+                prev_e = hi;
+                if (hi - lo < min_e) min_e = hi - lo;
+                if (hi - lo > max_e) max_e = hi - lo;
+                threadpool_share_guided(n, i, nth, &lo, &hi);
+                CHECKF(lo == prev_g && hi >= lo && hi - lo <= size_prev + 1, "guided n=%lld nth=%d share %d: [%lld, %lld)",
+                       (long long)n, nth, i, (long long)lo, (long long)hi);
+                if (i == nth - 1) /* the last weighs 1 of nth (nth + 1) / 2 */
+                    CHECKF(hi - lo <= 2 * n / ((int64_t)nth * (nth + 1)) + 1, "guided n=%lld nth=%d: last %lld",
+                           (long long)n, nth, (long long)(hi - lo));
+                prev_g = hi;
+                size_prev = hi - lo;
+            }
+            CHECK(prev_e == n && prev_g == n && max_e - min_e <= 1);
+        }
+}
+
 /* A share counted twice also leaves the caller waiting forever for its count: fail, not hang. */
 static void on_alarm(int sig) {
     (void)sig;
@@ -46,6 +75,7 @@ static void on_alarm(int sig) {
 int main(void) {
     signal(SIGALRM, on_alarm);
     alarm(30); /* the whole test takes well under a second */
+    check_splits();
     /* more threads than this machine's cores on purpose: descheduled workers wake late */
     const int threads[] = {2, 3, 5};
     const int counts[] = {1, 2, 8, 3, 64, 2, 16, 5, 2, 33};

@@ -60,6 +60,7 @@ typedef struct mm_job {
     const int32_t *rows;     /* non-NULL: token t's activations are x row rows[t] / rows_div */
     int rows_div;
     const uint8_t *pre;      /* non-NULL: x's rows already encoded (act_row bytes each): copied */
+    bool guided;             /* more shares than threads (dot_shares): shrinking shares */
 } mm_job;
 
 /* Tile kernels pay a packing pass over the activations; below this many tokens the dot loop
@@ -153,10 +154,25 @@ static void mm_rows(const mm_job *j, int64_t lo, int64_t hi) {
     }
 }
 
-/* A thread's share of rows, in multiples of 4 (the tile kernels' row group). */
-static void split_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+/* Whether dot-path jobs (more shares than threads) take shrinking shares
+ * (threadpool_share_guided): the even split left a thread waiting on the other's last share, 6.6%
+ * of a 30B-A3B decode's samples in worker_main and threadpool_run_shares, 4.6% with 16 shares a
+ * thread (whose extra row-stream starts cost more than that saved). SLUICE_CPU_EVEN_SHARES=1: the
+ * even split (measurement). The rows each share computes, not which thread, decide every value. */
+static bool guided_shares(void) {
+    static int g = -1;
+    if (g < 0) {
+        const char *e = getenv("SLUICE_CPU_EVEN_SHARES");
+        g = !(e && atoi(e) > 0);
+    }
+    return g;
+}
+
+/* A share of rows, in multiples of 4 (the tile kernels' row group); guided: shrinking shares. */
+static void split_rows(int64_t n, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
     int64_t groups = (n + 3) / 4, glo, ghi;
-    threadpool_share(groups, ith, nth, &glo, &ghi);
+    if (guided && guided_shares()) threadpool_share_guided(groups, ith, nth, &glo, &ghi);
+    else threadpool_share(groups, ith, nth, &glo, &ghi);
     *lo = 4 * glo < n ? 4 * glo : n;
     *hi = 4 * ghi < n ? 4 * ghi : n;
 }
@@ -164,7 +180,7 @@ static void split_rows(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
 static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
-    split_rows(j->w->ne[1], ith, nth, &lo, &hi);
+    split_rows(j->w->ne[1], ith, nth, j->guided, &lo, &hi);
     mm_rows(j, lo, hi);
 }
 
@@ -232,7 +248,8 @@ static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float 
     cpu_backend *c = (cpu_backend *)b;
     mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride};
     mm_prepare(c, &j, scratch(c, mm_scratch_bytes(w, n)));
-    threadpool_run_shares(c->pool, mm_task, &j, j.tile && n >= MM_TILE_MIN_TOKS ? threadpool_size(c->pool) : dot_shares(c));
+    j.guided = !(j.tile && n >= MM_TILE_MIN_TOKS);
+    threadpool_run_shares(c->pool, mm_task, &j, j.guided ? dot_shares(c) : threadpool_size(c->pool));
 }
 
 /* ---- fused gate/up projection with SwiGLU -------------------------------------------------
@@ -287,7 +304,7 @@ static void gu_task(void *ctx, int ith, int nth) {
     gu_job *j = ctx;
     const int n = j->g.n;
     int64_t lo, hi;
-    split_rows(j->g.w->ne[1], ith, nth, &lo, &hi);
+    split_rows(j->g.w->ne[1], ith, nth, j->g.guided, &lo, &hi);
     if (n == 1 && !j->g.packed && !j->u.packed) {
         gu_rows_one(j, lo, hi);
         return;
@@ -347,6 +364,7 @@ static void cpu_matmul_swiglu(backend *b, const tview *gate, const tview *up, co
     uint8_t *base = scratch(c, gb + ub + bufb);
     gu_prepare(c->pool, &j, base);
     j.buf = (float *)(base + gb + ub);
+    j.g.guided = shares > threadpool_size(c->pool);
     threadpool_run_shares(c->pool, gu_task, &j, shares);
 }
 
@@ -371,7 +389,8 @@ typedef struct eo_job {
 static void eo_task(void *ctx, int ith, int nth) {
     const eo_job *j = ctx;
     int64_t lo, hi;
-    threadpool_share(j->base[j->ne], ith, nth, &lo, &hi);
+    if (guided_shares()) threadpool_share_guided(j->base[j->ne], ith, nth, &lo, &hi); /* dot_shares */
+    else threadpool_share(j->base[j->ne], ith, nth, &lo, &hi);
     for (int i = 0; i < j->ne && lo < hi; i++) {
         const int64_t a = lo > j->base[i] ? lo : j->base[i], b = hi < j->base[i + 1] ? hi : j->base[i + 1];
         if (a >= b) continue;

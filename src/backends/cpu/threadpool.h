@@ -27,6 +27,19 @@ static inline void threadpool_share(int64_t n, int ith, int nth, int64_t *lo, in
     *hi = *lo + per + (ith < extra ? 1 : 0);
 }
 
+/* Share ith of nth over n items, the shares shrinking linearly (share i weighs nth - i): for jobs
+ * whose shares are claimed by whichever thread is free (threadpool_run_shares with more shares
+ * than threads), so that the last shares, which one thread may finish while the other waits,
+ * are small, with no more shares (and so no more cold starts of a row stream) than an even
+ * split. A pure function of (n, ith, nth): which thread runs a share never matters. */
+static inline void threadpool_share_guided(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const int64_t total = (int64_t)nth * (nth + 1) / 2;
+    const int64_t w0 = (int64_t)ith * nth - (int64_t)ith * (ith - 1) / 2;
+    const int64_t w1 = (int64_t)(ith + 1) * nth - (int64_t)(ith + 1) * ith / 2;
+    *lo = n / total * w0 + n % total * w0 / total;
+    *hi = n / total * w1 + n % total * w1 / total;
+}
+
 /* Number of online CPUs (at least 1). */
 int threadpool_default_threads(void);
 
