@@ -43,7 +43,7 @@ static void check_splits(void) {
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
         for (int nth = 1; nth <= 64; nth++) {
             const int64_t n = ns[k];
-            int64_t prev_e = 0, prev_g = 0, size_prev = INT64_MAX, min_e = INT64_MAX, max_e = 0;
+            int64_t prev_e = 0, prev_g = 0, size_prev = n, min_e = n, max_e = 0;
             for (int i = 0; i < nth; i++) {
                 int64_t lo, hi;
                 threadpool_share(n, i, nth, &lo, &hi);
