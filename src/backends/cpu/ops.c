@@ -168,11 +168,16 @@ static bool guided_shares(void) {
     return g;
 }
 
-/* A share of rows, in multiples of 4 (the tile kernels' row group); guided: shrinking shares. */
+/* Share ith of nth over n items: shrinking when guided (a dot-path job) unless switched off. */
+static void share_of(int64_t n, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
+    if (guided && guided_shares()) threadpool_share_guided(n, ith, nth, lo, hi);
+    else threadpool_share(n, ith, nth, lo, hi);
+}
+
+/* A share of rows, in multiples of 4 (the tile kernels' row group). */
 static void split_rows(int64_t n, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
     int64_t groups = (n + 3) / 4, glo, ghi;
-    if (guided && guided_shares()) threadpool_share_guided(groups, ith, nth, &glo, &ghi);
-    else threadpool_share(groups, ith, nth, &glo, &ghi);
+    share_of(groups, ith, nth, guided, &glo, &ghi);
     *lo = 4 * glo < n ? 4 * glo : n;
     *hi = 4 * ghi < n ? 4 * ghi : n;
 }
@@ -248,8 +253,9 @@ static void cpu_matmul(backend *b, const tview *w, const float *x, int n, float 
     cpu_backend *c = (cpu_backend *)b;
     mm_job j = {.w = w, .x = x, .n = n, .out = out, .out_stride = out_stride};
     mm_prepare(c, &j, scratch(c, mm_scratch_bytes(w, n)));
-    j.guided = !(j.tile && n >= MM_TILE_MIN_TOKS);
-    threadpool_run_shares(c->pool, mm_task, &j, j.guided ? dot_shares(c) : threadpool_size(c->pool));
+    const int shares = j.tile && n >= MM_TILE_MIN_TOKS ? threadpool_size(c->pool) : dot_shares(c);
+    j.guided = shares > threadpool_size(c->pool);
+    threadpool_run_shares(c->pool, mm_task, &j, shares);
 }
 
 /* ---- fused gate/up projection with SwiGLU -------------------------------------------------
@@ -389,8 +395,7 @@ typedef struct eo_job {
 static void eo_task(void *ctx, int ith, int nth) {
     const eo_job *j = ctx;
     int64_t lo, hi;
-    if (guided_shares()) threadpool_share_guided(j->base[j->ne], ith, nth, &lo, &hi); /* dot_shares */
-    else threadpool_share(j->base[j->ne], ith, nth, &lo, &hi);
+    share_of(j->base[j->ne], ith, nth, nth > 1, &lo, &hi); /* dot_shares(c) shares */
     for (int i = 0; i < j->ne && lo < hi; i++) {
         const int64_t a = lo > j->base[i] ? lo : j->base[i], b = hi < j->base[i + 1] ? hi : j->base[i + 1];
         if (a >= b) continue;
