@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--device-rows]
+ *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
  * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
@@ -12,7 +12,8 @@
  * kernel on one core with cache-resident rows instead (robust to a busy machine). --pool: the
  * thread pool's dispatch cost. --attn: the backend's causal attention for a prefill of K tokens
  * (default 2048) from position 0 on T threads, in the head shapes of the models (GFLOP/s counts
- * 4 * hd flops per query head and key), with an FNV-1a hash of the output bits.
+ * 4 * hd flops per query head and key), with an FNV-1a hash of the output bits. --attn-pos P:
+ * one token's attention after P positions instead (a decode step's).
  * --device-rows: backends/cpu/device_rows.c (the GPU's expert products on the host, --gpu-miss
  * host) at the 35B-A3B expert shape (Q4_K gate/up 2048 -> 512, Q6_K down) on T threads, 1, 2
  * and 4 experts a call, each call's experts from a pool of 64 (128 MiB: cache-resident on a big
@@ -204,16 +205,19 @@ static void pool_cost(int threads) {
 }
 
 /* Prefill attention through the backend op (the thread pool and the kernel of this ISA level):
- * random q, k, v in [-1, 1]; best of reps. */
-static void attn_bench(int threads, int reps, int n) {
+ * random q, k, v in [-1, 1]; best of reps. With decode_pos > 0, one token after decode_pos
+ * positions instead (a decode step's attention; best of 20 x reps). */
+static void attn_bench(int threads, int reps, int n, int decode_pos) {
     static const struct { const char *name; int n_head, n_head_kv, hd; } shapes[] = {
         {"30B-A3B", 32, 4, 128}, {"hd64", 16, 4, 64}, {"35B-A3B", 16, 2, 256}};
     backend *be = backend_cpu_new(threads);
-    printf("attention, isa %s, threads %d, %d tokens from position 0\n", kernel_isa_name(kernel_isa_current()),
-           threads, n);
+    const int n_tok = decode_pos > 0 ? 1 : n, pos0 = decode_pos > 0 ? decode_pos : 0, n_pos = pos0 + n_tok;
+    if (decode_pos > 0) reps *= 20;
+    printf("attention, isa %s, threads %d, %d token(s) from position %d\n", kernel_isa_name(kernel_isa_current()),
+           threads, n_tok, pos0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int nh = shapes[s].n_head, nkv = shapes[s].n_head_kv, hd = shapes[s].hd;
-        size_t nq = (size_t)n * nh * hd, nk = (size_t)n * nkv * hd;
+        size_t nq = (size_t)n_tok * nh * hd, nk = (size_t)n_pos * nkv * hd;
         float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk),
               *out = malloc(sizeof(float) * nq);
         for (size_t i = 0; i < nq; i++) q[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
@@ -224,7 +228,7 @@ static void attn_bench(int threads, int reps, int n) {
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
             double t0 = now();
-            be_attention(be, q, k, v, n, 0, nh, nkv, hd, hd, 1.0f / sqrtf((float)hd), out);
+            be_attention(be, q, k, v, n_tok, pos0, nh, nkv, hd, hd, 1.0f / sqrtf((float)hd), out);
             double dt = now() - t0;
             if (dt < best) best = dt;
         }
@@ -234,8 +238,8 @@ static void attn_bench(int threads, int reps, int n) {
             memcpy(&b, &out[i], 4);
             h = (h ^ b) * 1099511628211ull;
         }
-        double flops = 4.0 * hd * nh * ((double)n * (n + 1) / 2);
-        printf("%-8s heads %2d/%d hd %3d: %8.1f ms  %6.1f GFLOP/s  hash %016llx\n", shapes[s].name, nh, nkv, hd,
+        double flops = 4.0 * hd * nh * ((double)n_pos * (n_pos + 1) / 2 - (double)pos0 * (pos0 + 1) / 2);
+        printf("%-8s heads %2d/%d hd %3d: %9.3f ms  %6.1f GFLOP/s  hash %016llx\n", shapes[s].name, nh, nkv, hd,
                best * 1e3, flops / best / 1e9, (unsigned long long)h);
         fflush(stdout);
         free(q), free(k), free(v), free(out);
@@ -289,7 +293,7 @@ static void device_rows_bench(int threads, int reps, size_t pool_bytes) {
 
 int main(int argc, char **argv) {
     size_t mb = 1024;
-    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, drows = 0;
+    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, drows = 0;
     const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
@@ -301,18 +305,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--l1")) l1 = 1;
         else if (!strcmp(argv[i], "--pool")) l1 = 2;
         else if (!strcmp(argv[i], "--attn")) attn = 1;
+        else if (!strcmp(argv[i], "--attn-pos") && i + 1 < argc) attn = 1, attn_pos = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device-rows")) drows = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *name = argv[++i];
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--device-rows]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]\n", argv[0]);
             return 2;
         }
     }
     if (attn) {
-        attn_bench(threads, reps, toks > 1 ? toks : 2048);
+        attn_bench(threads, reps, toks > 1 ? toks : 2048, attn_pos);
         return 0;
     }
     if (drows) {

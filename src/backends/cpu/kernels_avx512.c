@@ -1090,27 +1090,25 @@ static inline __m512 exp_s16(__m512 x) {
 
 /* The 16-lane fold of 16 keys' accumulators at once, by a transposing tree: each level adds the
  * same lane pairs as the reference's fold of one key (lane j += lane j + w, w = 8, 4, 2, 1), two keys'
- * halves per instruction. Lane i of the result is key i's folded dot. */
+ * halves per instruction. Lane i of the result is key i's folded dot. The shuffles stay inside
+ * 128-bit quarters (w = 8, 4: whole quarters; w = 2, 1: within each) and one permutation at the
+ * end puts key i in lane i: on Zen 5 the two-source lane permutation this used at every level
+ * made the fold a sixth of the attention's time. */
 static inline __m512 fold16x16(__m512 *acc) {
-    const __m512i l1a = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i l1b = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    const __m512i l2a = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-    const __m512i l2b = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    const __m512i l3a = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-    const __m512i l3b = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-    const __m512i l4a = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i l4b = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     __m512 r[8], q4[4], o[2];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm512_add_ps(_mm512_permutex2var_ps(acc[2 * i], l1a, acc[2 * i + 1]),
-                             _mm512_permutex2var_ps(acc[2 * i], l1b, acc[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        q4[i] = _mm512_add_ps(_mm512_permutex2var_ps(r[2 * i], l2a, r[2 * i + 1]),
-                              _mm512_permutex2var_ps(r[2 * i], l2b, r[2 * i + 1]));
-    for (int i = 0; i < 2; i++)
-        o[i] = _mm512_add_ps(_mm512_permutex2var_ps(q4[2 * i], l3a, q4[2 * i + 1]),
-                             _mm512_permutex2var_ps(q4[2 * i], l3b, q4[2 * i + 1]));
-    return _mm512_add_ps(_mm512_permutex2var_ps(o[0], l4a, o[1]), _mm512_permutex2var_ps(o[0], l4b, o[1]));
+    for (int i = 0; i < 8; i++) /* w = 8: [key 2i, lanes 0-7 | key 2i+1, lanes 0-7] */
+        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; i++) /* w = 4: quarter k holds key 4i + k, lanes 0-3 */
+        q4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x88),
+                              _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; i++) /* w = 2: quarter k holds keys 8i + k and 8i + 4 + k, lanes 0-1 */
+        o[i] = _mm512_add_ps(_mm512_shuffle_ps(q4[2 * i], q4[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(q4[2 * i], q4[2 * i + 1], 0xee));
+    /* w = 1: lane 4k + m holds key k + 4m */
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(o[0], o[1], 0x88), _mm512_shuffle_ps(o[0], o[1], 0xdd));
+    const __m512i to_key = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(to_key, f);
 }
 
 /* ---- F32 weights, several tokens (routers in prefill) ----------------------------------------
@@ -1198,7 +1196,12 @@ static const kernel_tile tile_f32 = {f32_packed_bytes, f32_pack, f32_tile_run, 0
  * to ATTN_TB tokens per pass, each tile done for every token (with its own key count and its
  * rows' own m, l and outputs) before the next, so the tile is read from memory once per block;
  * a KV head's rows are 512-2048 bytes into rows n_head_kv times longer, which map to a fraction
- * of the L1/L2 sets, so without this every token streamed its keys from L3. */
+ * of the L1/L2 sets, so without this every token streamed its keys from L3. For the same reason
+ * each tile's keys are first copied side by side (kpack): at a row stride of 2 KiB the 64 keys of
+ * a tile fall into 16 of the L1's 64 sets and miss it on every pass over them (the score pass,
+ * bounded by those loads, ran at a third of the FMA rate; packed, the attention gains 20-25%:
+ * docs/kernels.md). The values are read once per pass in key order and gained nothing; one
+ * token (decode) reads each tile from memory once and does not copy it. */
 #define ATTN_GB 8
 #define ATTN_HB 4
 #define ATTN_TB 8
@@ -1314,6 +1317,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
     float m[ATTN_TB][ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
     double l[ATTN_TB][ATTN_GB];
     _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
+    _Alignas(64) float kpack[KERNEL_ATTN_TILE * 16 * 16]; /* a tile's keys, hd <= 256 */
     for (int t0 = 0; t0 < T; t0 += ATTN_TB) {
         const int T1 = T - t0 < ATTN_TB ? T - t0 : ATTN_TB;
         for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
@@ -1328,13 +1332,22 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
             const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+                size_t kt_stride = k_stride;
+                if (T1 > 1 && k_stride != (size_t)(16 * NQ)) { /* the tile's keys side by side (see above) */
+                    const int np = n_last - p0 < KERNEL_ATTN_TILE ? n_last - p0 : KERNEL_ATTN_TILE;
+                    for (int p = 0; p < np; p++)
+                        for (int j = 0; j < NQ; j++)
+                            _mm512_store_ps(kpack + (size_t)p * 16 * NQ + 16 * j, _mm512_loadu_ps(kt + (size_t)p * k_stride + 16 * j));
+                    kt = kpack;
+                    kt_stride = (size_t)(16 * NQ);
+                }
                 for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
                     const int n_t = n_kv + t0 + t;
                     if (p0 >= n_t) continue;
                     const int nt = n_t - p0 < KERNEL_ATTN_TILE ? n_t - p0 : KERNEL_ATTN_TILE;
                     const float *qg = q + (size_t)(t0 + t) * q_tok_stride + (size_t)g0 * q_stride;
                     float *og = out + (size_t)(t0 + t) * out_tok_stride + (size_t)g0 * out_stride;
-#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
+#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, kt_stride, nt, scale, sc + h0, mt + h0)
                     ATTN_BLOCKS(G1, ATTN_SCORES)
 #undef ATTN_SCORES
                     for (int g = 0; g < G1; g++) {
