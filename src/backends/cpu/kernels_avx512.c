@@ -1197,11 +1197,11 @@ static const kernel_tile tile_f32 = {f32_packed_bytes, f32_pack, f32_tile_run, 0
  * rows' own m, l and outputs) before the next, so the tile is read from memory once per block;
  * a KV head's rows are 512-2048 bytes into rows n_head_kv times longer, which map to a fraction
  * of the L1/L2 sets, so without this every token streamed its keys from L3. For the same reason
- * each tile's keys are first copied side by side (kpack): at a row stride of 2 KiB the 64 keys of
- * a tile fall into 16 of the L1's 64 sets and miss it on every pass over them (the score pass,
- * bounded by those loads, ran at a third of the FMA rate; packed, the attention gains 20-25%:
- * docs/kernels.md). The values are read once per pass in key order and gained nothing; one
- * token (decode) reads each tile from memory once and does not copy it. */
+ * each tile's keys and values are first copied side by side (kpack, vpack): at a row stride of
+ * 2 KiB the 64 keys of a tile fall into 16 of the L1's 64 sets and miss it on every pass over
+ * them (the score pass, bounded by those loads, ran at a third of the FMA rate; packed, the
+ * attention gains 20-25%, the values 3-5% more: docs/kernels.md); one token (decode) reads each
+ * tile from memory once and does not copy it. */
 #define ATTN_GB 8
 #define ATTN_HB 4
 #define ATTN_TB 8
@@ -1300,6 +1300,14 @@ ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERN
     }
 }
 
+/* Copies n rows of 16 * N floats, stride apart, to dst side by side; returns dst. */
+ATTN_INLINE const float *attn512_pack(const int N, int n, const float *src, size_t stride, float *dst) {
+    for (int p = 0; p < n; p++)
+        ATTN_UNROLL
+        for (int j = 0; j < N; j++) _mm512_store_ps(dst + (size_t)p * 16 * N + 16 * j, _mm512_loadu_ps(src + (size_t)p * stride + 16 * j));
+    return dst;
+}
+
 /* Blocks of ATTN_HB heads, then the rest (1..ATTN_HB-1) as its own instance. */
 #define ATTN_BLOCKS(G1, CALL)                                                                              \
     for (int h0 = 0; h0 < (G1); h0 += ATTN_HB) {                                                           \
@@ -1317,7 +1325,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
     float m[ATTN_TB][ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
     double l[ATTN_TB][ATTN_GB];
     _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
-    _Alignas(64) float kpack[KERNEL_ATTN_TILE * 16 * 16]; /* a tile's keys, hd <= 256 */
+    _Alignas(64) float kpack[KERNEL_ATTN_TILE * 16 * 16], vpack[KERNEL_ATTN_TILE * 16 * 16]; /* hd <= 256 */
     for (int t0 = 0; t0 < T; t0 += ATTN_TB) {
         const int T1 = T - t0 < ATTN_TB ? T - t0 : ATTN_TB;
         for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
@@ -1332,14 +1340,11 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
             const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
-                size_t kt_stride = k_stride;
-                if (T1 > 1 && k_stride != (size_t)(16 * NQ)) { /* the tile's keys side by side (see above) */
+                size_t kt_stride = k_stride, vt_stride = v_stride;
+                if (T1 > 1) { /* the tile's keys and values side by side (see above) */
                     const int np = n_last - p0 < KERNEL_ATTN_TILE ? n_last - p0 : KERNEL_ATTN_TILE;
-                    for (int p = 0; p < np; p++)
-                        for (int j = 0; j < NQ; j++)
-                            _mm512_store_ps(kpack + (size_t)p * 16 * NQ + 16 * j, _mm512_loadu_ps(kt + (size_t)p * k_stride + 16 * j));
-                    kt = kpack;
-                    kt_stride = (size_t)(16 * NQ);
+                    if (k_stride != (size_t)(16 * NQ)) kt = attn512_pack(NQ, np, kt, k_stride, kpack), kt_stride = (size_t)(16 * NQ);
+                    if (v_stride != (size_t)(16 * NV)) vt = attn512_pack(NV, np, vt, v_stride, vpack), vt_stride = (size_t)(16 * NV);
                 }
                 for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
                     const int n_t = n_kv + t0 + t;
@@ -1360,7 +1365,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                             _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
                                                           _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
                     }
-#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
+#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, vt_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
                     ATTN_BLOCKS(G1, ATTN_VALUES)
 #undef ATTN_VALUES
                 }
