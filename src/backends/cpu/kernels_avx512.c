@@ -1092,8 +1092,8 @@ static inline __m512 exp_s16(__m512 x) {
  * same lane pairs as the reference's fold of one key (lane j += lane j + w, w = 8, 4, 2, 1), two keys'
  * halves per instruction. Lane i of the result is key i's folded dot. The shuffles stay inside
  * 128-bit quarters (w = 8, 4: whole quarters; w = 2, 1: within each) and one permutation at the
- * end puts key i in lane i: on Zen 5 the two-source lane permutation this used at every level
- * made the fold a sixth of the attention's time. */
+ * end puts key i in lane i, instead of a two-source lane permutation at every level (the 30B-A3B
+ * shape's prefill attention 7% faster on Zen 5: docs/kernels.md). */
 static inline __m512 fold16x16(__m512 *acc) {
     __m512 r[8], q4[4], o[2];
     for (int i = 0; i < 8; i++) /* w = 8: [key 2i, lanes 0-7 | key 2i+1, lanes 0-7] */
@@ -1196,12 +1196,7 @@ static const kernel_tile tile_f32 = {f32_packed_bytes, f32_pack, f32_tile_run, 0
  * to ATTN_TB tokens per pass, each tile done for every token (with its own key count and its
  * rows' own m, l and outputs) before the next, so the tile is read from memory once per block;
  * a KV head's rows are 512-2048 bytes into rows n_head_kv times longer, which map to a fraction
- * of the L1/L2 sets, so without this every token streamed its keys from L3. For the same reason
- * each tile's keys and values are first copied side by side (kpack, vpack): at a row stride of
- * 2 KiB the 64 keys of a tile fall into 16 of the L1's 64 sets and miss it on every pass over
- * them (the score pass, bounded by those loads, ran at a third of the FMA rate; packed, the
- * attention gains 20-25%, the values 3-5% more: docs/kernels.md); one token (decode) reads each
- * tile from memory once and does not copy it. */
+ * of the L1/L2 sets, so without this every token streamed its keys from L3. */
 #define ATTN_GB 8
 #define ATTN_HB 4
 #define ATTN_TB 8
@@ -1300,14 +1295,6 @@ ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERN
     }
 }
 
-/* Copies n rows of 16 * N floats, stride apart, to dst side by side; returns dst. */
-ATTN_INLINE const float *attn512_pack(const int N, int n, const float *src, size_t stride, float *dst) {
-    for (int p = 0; p < n; p++)
-        ATTN_UNROLL
-        for (int j = 0; j < N; j++) _mm512_store_ps(dst + (size_t)p * 16 * N + 16 * j, _mm512_loadu_ps(src + (size_t)p * stride + 16 * j));
-    return dst;
-}
-
 /* Blocks of ATTN_HB heads, then the rest (1..ATTN_HB-1) as its own instance. */
 #define ATTN_BLOCKS(G1, CALL)                                                                              \
     for (int h0 = 0; h0 < (G1); h0 += ATTN_HB) {                                                           \
@@ -1325,7 +1312,6 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
     float m[ATTN_TB][ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
     double l[ATTN_TB][ATTN_GB];
     _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
-    _Alignas(64) float kpack[KERNEL_ATTN_TILE * 16 * 16], vpack[KERNEL_ATTN_TILE * 16 * 16]; /* hd <= 256 */
     for (int t0 = 0; t0 < T; t0 += ATTN_TB) {
         const int T1 = T - t0 < ATTN_TB ? T - t0 : ATTN_TB;
         for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
@@ -1340,19 +1326,13 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
             const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
-                size_t kt_stride = k_stride, vt_stride = v_stride;
-                if (T1 > 1) { /* the tile's keys and values side by side (see above) */
-                    const int np = n_last - p0 < KERNEL_ATTN_TILE ? n_last - p0 : KERNEL_ATTN_TILE;
-                    if (k_stride != (size_t)(16 * NQ)) kt = attn512_pack(NQ, np, kt, k_stride, kpack), kt_stride = (size_t)(16 * NQ);
-                    if (v_stride != (size_t)(16 * NV)) vt = attn512_pack(NV, np, vt, v_stride, vpack), vt_stride = (size_t)(16 * NV);
-                }
                 for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
                     const int n_t = n_kv + t0 + t;
                     if (p0 >= n_t) continue;
                     const int nt = n_t - p0 < KERNEL_ATTN_TILE ? n_t - p0 : KERNEL_ATTN_TILE;
                     const float *qg = q + (size_t)(t0 + t) * q_tok_stride + (size_t)g0 * q_stride;
                     float *og = out + (size_t)(t0 + t) * out_tok_stride + (size_t)g0 * out_stride;
-#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, kt_stride, nt, scale, sc + h0, mt + h0)
+#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
                     ATTN_BLOCKS(G1, ATTN_SCORES)
 #undef ATTN_SCORES
                     for (int g = 0; g < G1; g++) {
@@ -1365,7 +1345,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                             _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
                                                           _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
                     }
-#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, vt_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
+#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
                     ATTN_BLOCKS(G1, ATTN_VALUES)
 #undef ATTN_VALUES
                 }
