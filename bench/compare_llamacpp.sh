@@ -54,16 +54,22 @@ LOAD1=$(load)
 "${LB_CMD[@]}" > "$TMP/llama.csv" 2> "$TMP/llama.err"
 LOAD2=$(load)
 
+# CSV to fields: quoted fields lose their quotes and any comma inside them (a model name such
+# as "Qwen3-30B-A3B (synthetic), 4 layers" is one field), then split at commas
+UNQUOTE='{ while (match($0, /"[^"]*"/)) { f = substr($0, RSTART + 1, RLENGTH - 2); gsub(/,/, ";", f);
+             $0 = substr($0, 1, RSTART - 1) f substr($0, RSTART + RLENGTH) } }'
 # sluice: mean prefill t/s per prompt length, decode t/s of the shortest prompt's runs
 read_sluice() {
-  awk -F, 'NR==1 {for (i=1;i<=NF;i++) h[$i]=i; next}
+  awk -F, "$UNQUOTE"'
+    NR==1 {for (i=1;i<=NF;i++) h[$i]=i; next}
     { p=$h["n_prompt"]; pf[p]+=$h["prefill_tps"]; dc[p]+=$h["decode_tps"]; c[p]++ }
     END { for (p in c) printf "%s %.3f %.3f\n", p, pf[p]/c[p], dc[p]/c[p] }' "$TMP/sluice.csv" | sort -n
 }
 # llama-bench: avg_ts of pp<P> and tg<N> rows
 read_llama() {
-  awk -F, 'NR==1 {for (i=1;i<=NF;i++) {g=$i; gsub(/"/,"",g); h[g]=i}; next}
-    { gsub(/"/,""); np=$h["n_prompt"]; ng=$h["n_gen"]; ts=$h["avg_ts"];
+  awk -F, "$UNQUOTE"'
+    NR==1 {for (i=1;i<=NF;i++) h[$i]=i; next}
+    { np=$h["n_prompt"]; ng=$h["n_gen"]; ts=$h["avg_ts"];
       if (ng==0) printf "pp %s %.3f\n", np, ts; else printf "tg %s %.3f\n", ng, ts }' "$TMP/llama.csv"
 }
 SL=$(read_sluice); LB=$(read_llama)
