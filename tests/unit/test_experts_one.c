@@ -1,8 +1,8 @@
 /* The CPU backend's experts_one (a MoE layer's SwiGLU experts of one token in two dispatches)
  * against the ops it stands for: for every expert, matmul_swiglu then matmul, bit for bit.
  * Experts of mixed types (a shared expert's types differ from the routed ones'), 1..16
- * experts, 1 and 2 threads; and it declines what it must not take (Q2_0 and Q8_0 where their
- * tile kernels run at one token; more than 16 experts) without touching the outputs. */
+ * experts, 1 and 2 threads; and it declines what it must not take (types whose tile kernels run
+ * at one token: Q2_0, Q8_0, MXFP4, ...; more than 16 experts) without touching the outputs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,16 +70,17 @@ int main(void) {
         if (!be || !be->ops->experts_one) CHECK_DONE();
         /* the model files' expert shapes scaled down (K-quant rows: multiples of 256 values) */
         run_case(be, 1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 512, 256, true);
-        run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 512, 256, true);
+        run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, 512, 256, true);
         run_case(be, 11, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 512, 256, true);
-        run_case(be, 16, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64, true);
-        /* declined where a tile runs at one token (AVX-512: Q2_0, Q8_0); too many experts */
+        run_case(be, 16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64, true);
+        /* declined where a tile runs at one token (AVX-512: Q2_0 and the 32-value block types
+         * with Q8_0 activations, kernels_avx512_b32.c); too many experts */
         run_case(be, 4, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q2_0, GGML_TYPE_Q2_0, 512, 256,
                  kernel_tile_of(GGML_TYPE_Q2_0) == NULL);
         run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, 512, 256,
                  kernel_tile_of(GGML_TYPE_Q8_0) == NULL);
-        run_case(be, 16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64,
-                 kernel_tile_of(GGML_TYPE_Q8_0) == NULL);
+        run_case(be, 16, GGML_TYPE_MXFP4, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64,
+                 kernel_tile_of(GGML_TYPE_MXFP4) == NULL && kernel_tile_of(GGML_TYPE_Q4_0) == NULL);
         run_case(be, 17, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 256, 256, false);
         be_free(be);
     }

@@ -125,8 +125,10 @@ static void rnd_weights(rng *r, uint32_t type, uint8_t *w, int64_t n, float *tmp
     const int *f = scale_fields(type);
     for (int64_t b = 0; b < n / t->block_elems; b++)
         for (int k = 0; f[k] >= 0; k++) put16(w + b * t->block_bytes + f[k], rnd_f16(r));
-    if (type == GGML_TYPE_MXFP4)
-        for (int64_t b = 0; b < n / 32; b++) w[b * 17] = (uint8_t)(100 + rnd(r) % 56);
+    if (type == GGML_TYPE_MXFP4) { /* sane exponents; one row in four only 0 or 1 (subnormal scales) */
+        const bool tiny = rnd(r) % 4 == 0;
+        for (int64_t b = 0; b < n / 32; b++) w[b * 17] = (uint8_t)(tiny ? rnd(r) % 2 : 100 + rnd(r) % 56);
+    }
 }
 
 static long n_checks;

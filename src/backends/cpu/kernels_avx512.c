@@ -1410,7 +1410,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ3_XXS] = k45_mullo_q4() ? &tile_iq3_xxs8 : &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
     kernels_register_avx512_q2_0(ks);
-    kernels_register_avx512_q8_0(ks);
+    kernels_register_avx512_b32(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
     ks->dot[GGML_TYPE_Q3_K] = dot_q3_k_512;
     ks->dot[GGML_TYPE_Q6_K] = dot_q6_k_512;

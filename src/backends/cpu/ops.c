@@ -410,7 +410,8 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
                             const tview *const *down, const float *x, float *const *out) {
     cpu_backend *c = (cpu_backend *)b;
     if (ne < 1 || ne > EXPERTS_ONE_MAX) return false;
-    /* the plain dot path only: tile kernels used at one token (Q2_0, Q8_0) keep their own path */
+    /* the plain dot path only: types whose tile kernels run at one token (Q2_0, the 32-value
+     * block types of kernels_avx512_b32.c) keep their own path */
     size_t need = 0;
     for (int i = 0; i < ne; i++) {
         if (mm_tile(gate[i]->type, 1) || mm_tile(up[i]->type, 1) || mm_tile(down[i]->type, 1)) return false;
