@@ -27,8 +27,8 @@
 #include "formats/quant.h"
 
 #define Q8_BLOCK_BYTES 34 /* the activation's blocks (and Q8_0's): d:f16 | 32 int8 */
-#define Q8_ROWS 8         /* weight rows per group: one reduction tree */
-#define Q8_TOKS 4         /* tokens per pass over a row group */
+#define B32_ROWS 8         /* weight rows per group: one reduction tree */
+#define B32_TOKS 4         /* tokens per pass over a row group */
 
 /* The weight types: block bytes, where the values start, how they decode. */
 enum { B32_Q8_0, B32_Q4_0, B32_Q5_0, B32_IQ4_NL, B32_MXFP4 };
@@ -82,17 +82,17 @@ static inline __attribute__((always_inline)) __m512 b32_scales(const int kind, _
 /* Packed activations, per token: np pairs of blocks (np = ceil(nb / 2), an odd count's last
  * pair padded with zeros), each 64 bytes of values, then np int32 pairs (128 * the sum of each
  * block's values), then np float pairs (the blocks' scales). */
-static size_t q8_token_bytes(int64_t n) {
+static size_t b32_token_bytes(int64_t n) {
     const size_t np = (size_t)(n / 32 + 1) / 2;
     return np * (64 + 8 + 8);
 }
 
-static size_t q8_packed_bytes(int64_t n, int toks) { return q8_token_bytes(n) * (size_t)toks; }
+static size_t b32_packed_bytes(int64_t n, int toks) { return b32_token_bytes(n) * (size_t)toks; }
 
-static void q8_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
+static void b32_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
     (void)toks;
     const int64_t nb = n / 32, np = (nb + 1) / 2;
-    const size_t tb = q8_token_bytes(n);
+    const size_t tb = b32_token_bytes(n);
     for (int t = t0; t < t1; t++) {
         const uint8_t *y = (const uint8_t *)a + (size_t)t * a_stride;
         uint8_t *p = (uint8_t *)dst + (size_t)t * tb;
@@ -120,7 +120,7 @@ static void q8_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0,
 /* Eight vectors of vpdpbusd sums (row r: dwords 0-7 block b, 8-15 block b + 1) to one vector:
  * dwords 0-3 rows 0-3 of block b, 4-7 rows 0-3 of block b + 1, 8-11 rows 4-7 of block b,
  * 12-15 rows 4-7 of block b + 1. */
-static inline __m512i q8_reduce8(const __m512i p[Q8_ROWS]) {
+static inline __m512i b32_reduce8(const __m512i p[B32_ROWS]) {
     __m512i q[4], u[2];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) { /* per 128-bit lane: [a 0+1, a 2+3, b 0+1, b 2+3] */
@@ -139,17 +139,17 @@ static inline __m512i q8_reduce8(const __m512i p[Q8_ROWS]) {
                             _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One group of Q8_ROWS rows (lanes past the group's rows repeat the last row; not stored)
+/* One group of B32_ROWS rows (lanes past the group's rows repeat the last row; not stored)
  * against tn tokens (a constant after inlining), all blocks. acc lanes 0-3 and 8-11 end as
  * rows 0-3 and 4-7. */
-static inline __attribute__((always_inline)) void q8_group(const int kind, __m512i lut, int64_t nb,
+static inline __attribute__((always_inline)) void b32_group(const int kind, __m512i lut, int64_t nb,
                                                            const uint8_t *w0, __m512i offs,
-                                                           const uint8_t *const wr[Q8_ROWS],
+                                                           const uint8_t *const wr[B32_ROWS],
                                                            const uint8_t *packed, size_t tb, const int tn,
                                                            const uint8_t *next, size_t next_bytes,
-                                                           __m512 acc[Q8_TOKS]) {
+                                                           __m512 acc[B32_TOKS]) {
     const int64_t np = (nb + 1) / 2;
-    const int bb = b32_block_bytes[kind], pair_lines = (2 * Q8_ROWS * bb + 63) / 64;
+    const int bb = b32_block_bytes[kind], pair_lines = (2 * B32_ROWS * bb + 63) / 64;
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     const __m512 zero = _mm512_setzero_ps();
     for (int t = 0; t < tn; t++) acc[t] = zero;
@@ -162,9 +162,9 @@ static inline __attribute__((always_inline)) void q8_group(const int kind, __m51
             for (int l = 0; l < pair_lines; l++)
                 if (off + 64 * (size_t)l < next_bytes) _mm_prefetch((const char *)next + off + 64 * l, _MM_HINT_T0);
         }
-        __m512i wv[Q8_ROWS];
+        __m512i wv[B32_ROWS];
 #pragma GCC unroll 8
-        for (int r = 0; r < Q8_ROWS; r++) wv[r] = b32_values(kind, wr[r] + b * bb, two, lut);
+        for (int r = 0; r < B32_ROWS; r++) wv[r] = b32_values(kind, wr[r] + b * bb, two, lut);
         /* the rows' block scales in the reduction's layout (offs: row and block of each dword) */
         const __mmask16 have = two ? (__mmask16)0xffff : (__mmask16)0x0f0f; /* no block b + 1: not read */
         const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), have, offs,
@@ -174,13 +174,16 @@ static inline __attribute__((always_inline)) void q8_group(const int kind, __m51
         for (int t = 0; t < tn; t++) {
             const uint8_t *p = packed + (size_t)t * tb;
             const __m512i av = _mm512_loadu_si512((const void *)(p + 64 * pi));
-            __m512i s[Q8_ROWS];
+            __m512i s[B32_ROWS];
 #pragma GCC unroll 8
-            for (int r = 0; r < Q8_ROWS; r++) s[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], av);
-            const __m512i corr = _mm512_permutexvar_epi32(pair_idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(p + np * 64 + 8 * pi))));
-            const __m512 da = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(p + np * 72 + 8 * pi)))));
+            for (int r = 0; r < B32_ROWS; r++) s[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], av);
+            /* the pair's 128 * sum(a) and scales, each to its block's lanes */
+            const __m128i sums2 = _mm_loadl_epi64((const __m128i *)(p + np * 64 + 8 * pi));
+            const __m128i scales2 = _mm_loadl_epi64((const __m128i *)(p + np * 72 + 8 * pi));
+            const __m512i corr = _mm512_permutexvar_epi32(pair_idx, _mm512_castsi128_si512(sums2));
+            const __m512 da = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(_mm_castsi128_ps(scales2)));
             /* exact block sums of w * a */
-            const __m512i isum = _mm512_sub_epi32(q8_reduce8(s), corr);
+            const __m512i isum = _mm512_sub_epi32(b32_reduce8(s), corr);
             const __m512 fi = _mm512_cvtepi32_ps(isum);
             const __m512 prod = kind == B32_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(fi, dw), da)
                                                  : _mm512_mul_ps(fi, _mm512_mul_ps(dw, da));
@@ -200,31 +203,31 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
     const int8_t *kv = kind == B32_MXFP4 ? quant_kvalues_mxfp4 : quant_kvalues_iq4nl;
     for (int i = 0; i < 16; i++) book[i] = (uint8_t)(kv[i] + 128);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)book));
-    const size_t tb = q8_token_bytes(n);
-    for (int r0 = 0; r0 < rows; r0 += Q8_ROWS) {
-        const int nr = rows - r0 < Q8_ROWS ? rows - r0 : Q8_ROWS;
+    const size_t tb = b32_token_bytes(n);
+    for (int r0 = 0; r0 < rows; r0 += B32_ROWS) {
+        const int nr = rows - r0 < B32_ROWS ? rows - r0 : B32_ROWS;
         const uint8_t *w0 = (const uint8_t *)w + (size_t)r0 * w_stride;
-        const uint8_t *wr[Q8_ROWS];
+        const uint8_t *wr[B32_ROWS];
         int32_t off[16];
-        for (int r = 0; r < Q8_ROWS; r++) wr[r] = w0 + (size_t)(r < nr ? r : nr - 1) * w_stride;
+        for (int r = 0; r < B32_ROWS; r++) wr[r] = w0 + (size_t)(r < nr ? r : nr - 1) * w_stride;
         for (int i = 0; i < 16; i++) { /* dword i: row (i / 8) * 4 + i % 4, block b + (i / 4) % 2 */
             const int r = (i / 8) * 4 + i % 4, rr = r < nr ? r : nr - 1;
             off[i] = (int32_t)((size_t)rr * w_stride + (size_t)((i / 4) % 2) * (size_t)bb);
         }
         const __m512i offs = _mm512_loadu_si512((const void *)off);
-        const int next_rows = rows - r0 - nr < Q8_ROWS ? rows - r0 - nr : Q8_ROWS;
+        const int next_rows = rows - r0 - nr < B32_ROWS ? rows - r0 - nr : B32_ROWS;
         const uint8_t *next = next_rows > 0 ? w0 + (size_t)nr * w_stride : NULL;
         const size_t next_bytes = next_rows > 0 ? (size_t)next_rows * w_stride : 0;
-        for (int t0 = 0; t0 < toks; t0 += Q8_TOKS) {
-            const int tn = toks - t0 < Q8_TOKS ? toks - t0 : Q8_TOKS;
+        for (int t0 = 0; t0 < toks; t0 += B32_TOKS) {
+            const int tn = toks - t0 < B32_TOKS ? toks - t0 : B32_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
             const uint8_t *pf = t0 == 0 ? next : NULL; /* later passes find the rows in L1 */
-            __m512 acc[Q8_TOKS];
+            __m512 acc[B32_TOKS];
             switch (tn) {
-            case 1: q8_group(kind, lut, nb, w0, offs, wr, p, tb, 1, pf, next_bytes, acc); break;
-            case 2: q8_group(kind, lut, nb, w0, offs, wr, p, tb, 2, pf, next_bytes, acc); break;
-            case 3: q8_group(kind, lut, nb, w0, offs, wr, p, tb, 3, pf, next_bytes, acc); break;
-            default: q8_group(kind, lut, nb, w0, offs, wr, p, tb, 4, pf, next_bytes, acc); break;
+            case 1: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 1, pf, next_bytes, acc); break;
+            case 2: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 2, pf, next_bytes, acc); break;
+            case 3: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 3, pf, next_bytes, acc); break;
+            default: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 4, pf, next_bytes, acc); break;
             }
             for (int t = 0; t < tn; t++) {
                 float v[16];
@@ -241,11 +244,12 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
                            float *out, size_t out_stride) {                                                  \
         b32_run(KIND, n, w, w_stride, rows, packed, toks, out, out_stride);                                 \
     }                                                                                                        \
-    static const kernel_tile NAME = {q8_packed_bytes, q8_pack, NAME##_run, 1};
+    static const kernel_tile NAME = {b32_packed_bytes, b32_pack, NAME##_run, 1};
 
-/* Used from one token on (kernels.h: min_toks): for Q8_0 one core reads 24.7 -> 29.6-32.1 GB/s
- * from DRAM with it and 25.5 -> 58-59 from L2 (bench_kernels), and a Q8_0 file of the 30B-A3B
- * shape (4 layers) decodes 62.5 / 69.9 -> 72.0 / 80.2 t/s on two threads, although
+/* Used from one token on (kernels.h: min_toks). One-token products, bench_kernels --mb 512, two
+ * threads from DRAM: Q4_0, Q5_0, IQ4_NL, MXFP4 18.0-19.9 -> 41.1-46.7 GB/s (their dots were
+ * compute-bound), Q8_0 at the memory's speed either way (one core 24.7 -> 32.2); a Q8_0 file of
+ * the 30B-A3B shape (4 layers) decodes 62.5 / 69.9 -> 72.0 / 80.2 t/s on two threads, although
  * experts_one, which keeps to the dot path, then declines its experts. */
 B32_TILE(tile_q8_0, B32_Q8_0)
 B32_TILE(tile_q4_0, B32_Q4_0)
