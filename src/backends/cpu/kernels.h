@@ -126,6 +126,7 @@ void kernels_register_avx2(kernel_set *ks);
 void kernels_register_avx512(kernel_set *ks);
 void kernels_register_avx512_q2_0(kernel_set *ks); /* kernels_avx512_q2_0.c */
 void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */
+void kernels_register_avx512_float(kernel_set *ks); /* kernels_avx512_float.c */
 
 const char *kernel_isa_name(kernel_isa isa);
 /* The best level this CPU and OS support. */

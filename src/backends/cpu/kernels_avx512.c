@@ -7,6 +7,7 @@
 #define DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 
 #include "backends/cpu/kernels_x86.inc"
+#include "backends/cpu/kernels_avx512_fold.h"
 #include "backends/cpu/kernels_avx512_iq.h"
 
 #include <cpuid.h>
@@ -1088,92 +1089,6 @@ static inline __m512 exp_s16(__m512 x) {
     return _mm512_maskz_mov_ps(valid, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
-/* The 16-lane fold of 16 keys' accumulators at once, by a transposing tree: each level adds the
- * same lane pairs as the reference's fold of one key (lane j += lane j + w, w = 8, 4, 2, 1), two keys'
- * halves per instruction. Lane i of the result is key i's folded dot. The shuffles stay inside
- * 128-bit quarters (w = 8, 4: whole quarters; w = 2, 1: within each) and one permutation at the
- * end puts key i in lane i, instead of a two-source lane permutation at every level (the 30B-A3B
- * shape's prefill attention 7% faster on Zen 5: docs/kernels.md). */
-static inline __m512 fold16x16(__m512 *acc) {
-    __m512 r[8], q4[4], o[2];
-    for (int i = 0; i < 8; i++) /* w = 8: [key 2i, lanes 0-7 | key 2i+1, lanes 0-7] */
-        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0xee));
-    for (int i = 0; i < 4; i++) /* w = 4: quarter k holds key 4i + k, lanes 0-3 */
-        q4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x88),
-                              _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xdd));
-    for (int i = 0; i < 2; i++) /* w = 2: quarter k holds keys 8i + k and 8i + 4 + k, lanes 0-1 */
-        o[i] = _mm512_add_ps(_mm512_shuffle_ps(q4[2 * i], q4[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(q4[2 * i], q4[2 * i + 1], 0xee));
-    /* w = 1: lane 4k + m holds key k + 4m */
-    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(o[0], o[1], 0x88), _mm512_shuffle_ps(o[0], o[1], 0xdd));
-    const __m512i to_key = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(to_key, f);
-}
-
-/* ---- F32 weights, several tokens (routers in prefill) ----------------------------------------
- * Each (row, token) is dot_f32's sum (kernels_x86.inc): 16 lanes over 16-value chunks in order
- * (a product, then an add: never fused), the tail's products into the first lanes, then the
- * tree w = 8, 4, 2, 1. The dot loop runs one such chain at a time, an add's latency per chunk;
- * here 4 rows x 4 tokens run side by side (16 chains, each weight chunk loaded once for 4
- * tokens and each token chunk for 4 rows) and, without a tail, the 16 folds by fold16x16 at
- * once (the same lane pairs in the same order). The "packed" activations are the rows as given. */
-#define F32_BLOCK 16 /* rows x tokens per cache block: 2 x 16 rows of 8 KiB at 2,048 values */
-
-static size_t f32_packed_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)n * sizeof(float); }
-
-static void f32_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
-    (void)toks;
-    for (int t = t0; t < t1; t++)
-        memcpy((float *)dst + (size_t)t * (size_t)n, (const uint8_t *)a + (size_t)t * as, (size_t)n * sizeof(float));
-}
-
-static void f32_tile_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks, float *out,
-                         size_t os) {
-    const float *x = packed;
-    const int64_t nf = n / 16 * 16;
-    const int tail = (int)(n - nf);
-    for (int rb = 0; rb < rows; rb += F32_BLOCK)
-        for (int tb = 0; tb < toks; tb += F32_BLOCK)
-            for (int r0 = rb; r0 < rows && r0 < rb + F32_BLOCK; r0 += 4)
-                for (int t0 = tb; t0 < toks && t0 < tb + F32_BLOCK; t0 += 4) {
-                    const int R = rows - r0 < 4 ? rows - r0 : 4, T = toks - t0 < 4 ? toks - t0 : 4;
-                    const float *wr[4], *xt[4]; /* padding rows and tokens repeat the last: never stored */
-                    for (int r = 0; r < 4; r++) wr[r] = (const float *)((const uint8_t *)w + (size_t)(r0 + (r < R ? r : R - 1)) * ws);
-                    for (int t = 0; t < 4; t++) xt[t] = x + (size_t)(t0 + (t < T ? t : T - 1)) * (size_t)n;
-                    __m512 acc[16]; /* [token][row] */
-#pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-                    for (int64_t i = 0; i < nf; i += 16) {
-                        __m512 wv[4];
-#pragma GCC unroll 4
-                        for (int r = 0; r < 4; r++) wv[r] = _mm512_loadu_ps(wr[r] + i);
-#pragma GCC unroll 4
-                        for (int t = 0; t < 4; t++) {
-                            const __m512 xv = _mm512_loadu_ps(xt[t] + i);
-#pragma GCC unroll 4
-                            for (int r = 0; r < 4; r++) acc[4 * t + r] = _mm512_add_ps(acc[4 * t + r], _mm512_mul_ps(wv[r], xv));
-                        }
-                    }
-                    _Alignas(64) float v[16];
-                    if (tail == 0) {
-                        _mm512_store_ps(v, fold16x16(acc));
-                    } else {
-                        for (int d = 0; d < 16; d++) {
-                            float sl[16];
-                            _mm512_storeu_ps(sl, acc[d]);
-                            for (int i = 0; i < tail; i++) sl[i] += wr[d % 4][nf + i] * xt[d / 4][nf + i];
-                            for (int h = 8; h >= 1; h /= 2)
-                                for (int j = 0; j < h; j++) sl[j] += sl[j + h];
-                            v[d] = sl[0];
-                        }
-                    }
-                    for (int t = 0; t < T; t++)
-                        for (int r = 0; r < R; r++) out[(size_t)(t0 + t) * os + (size_t)(r0 + r)] = v[4 * t + r];
-                }
-}
-
-static const kernel_tile tile_f32 = {f32_packed_bytes, f32_pack, f32_tile_run, 0};
 
 /* The attention kernel, hd = 16 * NQ and hd_v = 16 * NV, register-blocked over the query heads
  * of the group: one key or value vector loaded into a register serves up to ATTN_HB heads, so a
@@ -1396,7 +1311,7 @@ void kernels_register_avx512(kernel_set *ks) {
     kx_register_common(ks); /* the 256-bit kernels, then the 512-bit ones over them */
     ks->attn = attn_avx512;
     ks->attn_tokens = attn_tokens_avx512;
-    ks->tile[GGML_TYPE_F32] = &tile_f32;
+    kernels_register_avx512_float(ks); /* F32, F16, BF16 */
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
