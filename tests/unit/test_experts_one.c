@@ -72,7 +72,9 @@ int main(void) {
         run_case(be, 1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 512, 256, true);
         run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, 512, 256, true);
         run_case(be, 11, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 512, 256, true);
-        run_case(be, 16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64, true);
+        run_case(be, 16, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32, GGML_TYPE_F16, 256, 64, true);
+        run_case(be, 16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64,
+                 kernel_tile_of(GGML_TYPE_Q4_1) == NULL && kernel_tile_of(GGML_TYPE_Q5_1) == NULL);
         /* declined where a tile runs at one token (AVX-512: Q2_0 and the 32-value block types
          * with Q8_0 activations, kernels_avx512_b32.c); too many experts */
         run_case(be, 4, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q2_0, GGML_TYPE_Q2_0, 512, 256,

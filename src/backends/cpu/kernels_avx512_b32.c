@@ -1,22 +1,24 @@
-/* Products of the 32-value block types whose activation is Q8_0 (Q8_0, Q4_0, Q5_0, IQ4_NL,
- * MXFP4) with 512-bit VNNI, eight weight rows at a time (one token, a few, and prefill).
+/* Products of the 32-value block types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4 with Q8_0 activations;
+ * Q4_1, Q5_1 with Q8_1) with 512-bit VNNI, eight weight rows at a time (one token, a few, and
+ * prefill).
  *
  * Why: these types had no tile, so a product of n tokens ran the one-row dot n times, each with
  * a horizontal sum per 32-value block: for Q8_0, 2 tokens cost twice one token (bench_kernels
  * --toks 2: 66 GOP/s against 306 for Q2_0) and prefill ran at ~95 GOP/s, which made such
- * models' prefill and a speculative step's 2-4 token verification compute-bound. Here the
- * activations are packed once per product and eight rows share one reduction tree, the layout
- * of the Q2_0 tile (kernels_avx512_q2_0.c): rows in vector lanes, a few tokens per pass over a
- * row group.
+ * models' prefill and a speculative step's 2-4 token verification compute-bound; the 4/5-bit
+ * types' one-token dots were compute-bound too. Here the activations are packed once per
+ * product and eight rows share one reduction tree, the layout of the Q2_0 tile
+ * (kernels_avx512_q2_0.c): rows in vector lanes, a few tokens per pass over a row group.
  *
  * Exactness (the references are quant_dot_* in formats/quant_legacy.c): each block's weights
- * are decoded to their signed values v (Q8_0 as stored, Q4_0 nibble - 8, Q5_0 5-bit - 16,
- * IQ4_NL and MXFP4 through their 16-entry code books) and enter vpdpbusd as the unsigned bytes
- * v + 128, so the exact integer sum of v * a is vpdpbusd's sum((v + 128) * a) minus 128 *
- * sum(a); then per row sum = sum + prod with prod the reference's product of isum and the two
- * scales in its order (Q4_0: (isum * dw) * da; the others: isum * (dw * da), their operands
- * commuted at most), every float step one IEEE single operation, a row's blocks one after the
- * other in its lane. Compiled with the AVX-512 level's flags (CMakeLists.txt); registered by
+ * are decoded to their values v (Q8_0 as stored, Q4_0 nibble - 8, Q5_0 5-bit - 16, IQ4_NL and
+ * MXFP4 through their 16-entry code books, Q4_1 / Q5_1 the unsigned 4 / 5-bit codes). Signed
+ * values enter vpdpbusd as the unsigned bytes v + 128, so the exact integer sum of v * a is
+ * vpdpbusd's sum((v + 128) * a) minus 128 * sum(a); unsigned ones enter as they are. Then per
+ * row sum = sum + prod with prod the reference's products in its order (Q4_0: (isum * dw) * da;
+ * Q4_1 / Q5_1: (dw * da) * isum + mw * sa; the others: isum * (dw * da), operands commuted at
+ * most), every float step one IEEE single operation, a row's blocks one after the other in its
+ * lane. Compiled with the AVX-512 level's flags (CMakeLists.txt); registered by
  * kernels_register_avx512. */
 #if defined(__x86_64__)
 
@@ -31,8 +33,10 @@
 #define B32_TOKS 4         /* tokens per pass over a row group */
 
 /* The weight types: block bytes, where the values start, how they decode. */
-enum { B32_Q8_0, B32_Q4_0, B32_Q5_0, B32_IQ4_NL, B32_MXFP4 };
-static const int b32_block_bytes[] = {34, 18, 22, 18, 17};
+enum { B32_Q8_0, B32_Q4_0, B32_Q5_0, B32_IQ4_NL, B32_MXFP4, B32_Q4_1, B32_Q5_1 };
+static const int b32_block_bytes[] = {34, 18, 22, 18, 17, 20, 24};
+/* Q4_1 and Q5_1 are affine (d, min m) with Q8_1 activations (d, s = d * sum of the values) */
+#define B32_AFFINE(kind) ((kind) == B32_Q4_1 || (kind) == B32_Q5_1)
 
 /* Blocks b and b + 1 (`two`; else zeros) of a row as v + 128: bytes 0-31 block b's values 0-31,
  * 32-63 block b + 1's. lut: the code book + 128 in each 128-bit lane (IQ4_NL, MXFP4). */
@@ -46,7 +50,7 @@ static inline __attribute__((always_inline)) __m512i b32_values(const int kind, 
         return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
     }
     /* 16 code bytes a block: low nibbles are values 0-15, high nibbles 16-31 */
-    const int qs = kind == B32_Q5_0 ? 6 : kind == B32_MXFP4 ? 1 : 2;
+    const int qs = kind == B32_Q5_0 ? 6 : kind == B32_MXFP4 ? 1 : kind == B32_Q4_1 ? 4 : kind == B32_Q5_1 ? 8 : 2;
     const __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + qs));
     const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(blk + bb + qs)) : _mm_setzero_si128();
     __m512i v = _mm512_castsi128_si512(q0);
@@ -57,12 +61,15 @@ static inline __attribute__((always_inline)) __m512i b32_values(const int kind, 
                                              0, 0x00040004, 0x00040004, 0x00040004, 0x00040004);
     const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), _mm512_set1_epi8(0x0f));
     if (kind == B32_Q4_0) return _mm512_add_epi8(nib, _mm512_set1_epi8(120)); /* nibble - 8 + 128 */
-    if (kind == B32_Q5_0) { /* the fifth bits: bit j of block b's qh is value j's */
+    if (kind == B32_Q4_1) return nib;                                          /* unsigned as stored */
+    if (kind == B32_Q5_0 || kind == B32_Q5_1) { /* the fifth bits: bit j of block b's qh is value j's */
+        const int qh = kind == B32_Q5_0 ? 2 : 4;
         uint32_t h0, h1 = 0;
-        memcpy(&h0, blk + 2, 4);
-        if (two) memcpy(&h1, blk + bb + 2, 4);
+        memcpy(&h0, blk + qh, 4);
+        if (two) memcpy(&h1, blk + bb + qh, 4);
         const __mmask64 hb = (__mmask64)h0 | (__mmask64)h1 << 32;
-        return _mm512_add_epi8(_mm512_mask_add_epi8(nib, hb, nib, _mm512_set1_epi8(16)), _mm512_set1_epi8(112));
+        const __m512i v5 = _mm512_mask_add_epi8(nib, hb, nib, _mm512_set1_epi8(16));
+        return kind == B32_Q5_1 ? v5 : _mm512_add_epi8(v5, _mm512_set1_epi8(112)); /* Q5_0: - 16 + 128 */
     }
     return _mm512_shuffle_epi8(lut, nib); /* IQ4_NL, MXFP4 */
 }
@@ -80,8 +87,8 @@ static inline __attribute__((always_inline)) __m512 b32_scales(const int kind, _
 }
 
 /* Packed activations, per token: np pairs of blocks (np = ceil(nb / 2), an odd count's last
- * pair padded with zeros), each 64 bytes of values, then np int32 pairs (128 * the sum of each
- * block's values), then np float pairs (the blocks' scales). */
+ * pair padded with zeros), each 64 bytes of values, then np int32 pairs (Q8_0: 128 * the sum of
+ * each block's values; Q8_1: its s as a float), then np float pairs (the blocks' scales). */
 static size_t b32_token_bytes(int64_t n) {
     const size_t np = (size_t)(n / 32 + 1) / 2;
     return np * (64 + 8 + 8);
@@ -89,8 +96,9 @@ static size_t b32_token_bytes(int64_t n) {
 
 static size_t b32_packed_bytes(int64_t n, int toks) { return b32_token_bytes(n) * (size_t)toks; }
 
-static void b32_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
-    (void)toks;
+static inline __attribute__((always_inline)) void b32_pack(const bool q81, int64_t n, const void *a, size_t a_stride,
+                                                           int t0, int t1, void *dst) {
+    const int ab = q81 ? 36 : Q8_BLOCK_BYTES, aq = q81 ? 4 : 2; /* block bytes, values' offset */
     const int64_t nb = n / 32, np = (nb + 1) / 2;
     const size_t tb = b32_token_bytes(n);
     for (int t = t0; t < t1; t++) {
@@ -105,14 +113,20 @@ static void b32_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0
                 scales[b] = 0.0f;
                 continue;
             }
-            const uint8_t *blk = y + (size_t)b * Q8_BLOCK_BYTES;
-            memcpy(p + 32 * b, blk + 2, 32);
+            const uint8_t *blk = y + (size_t)b * (size_t)ab;
+            memcpy(p + 32 * b, blk + aq, 32);
+            uint16_t d, sa;
+            memcpy(&d, blk, 2);
+            scales[b] = _cvtsh_ss(d);
+            if (q81) { /* s as a float, bit for bit in the int32 slot */
+                memcpy(&sa, blk + 2, 2);
+                const float f = _cvtsh_ss(sa);
+                memcpy(&sums[b], &f, 4);
+                continue;
+            }
             int32_t s = 0;
             for (int i = 0; i < 32; i++) s += (int8_t)blk[2 + i];
-            uint16_t d;
-            memcpy(&d, blk, 2);
             sums[b] = 128 * s;
-            scales[b] = _cvtsh_ss(d);
         }
     }
 }
@@ -170,6 +184,8 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
         const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), have, offs,
                                                         (const void *)(w0 + b * bb), 1);
         const __m512 dw = b32_scales(kind, raw);
+        /* Q4_1 / Q5_1: the min, the f16 after d (the high half of the same dword) */
+        const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(raw, 16)));
 #pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const uint8_t *p = packed + (size_t)t * tb;
@@ -182,11 +198,16 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
             const __m128i scales2 = _mm_loadl_epi64((const __m128i *)(p + np * 72 + 8 * pi));
             const __m512i corr = _mm512_permutexvar_epi32(pair_idx, _mm512_castsi128_si512(sums2));
             const __m512 da = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(_mm_castsi128_ps(scales2)));
-            /* exact block sums of w * a */
-            const __m512i isum = _mm512_sub_epi32(b32_reduce8(s), corr);
-            const __m512 fi = _mm512_cvtepi32_ps(isum);
-            const __m512 prod = kind == B32_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(fi, dw), da)
-                                                 : _mm512_mul_ps(fi, _mm512_mul_ps(dw, da));
+            __m512 prod;
+            if (B32_AFFINE(kind)) { /* (dw * da) * isum + mw * sa, the values unsigned: no correction */
+                const __m512 fi = _mm512_cvtepi32_ps(b32_reduce8(s));
+                prod = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), fi),
+                                     _mm512_mul_ps(mw, _mm512_castsi512_ps(corr)));
+            } else { /* exact block sums of w * a */
+                const __m512 fi = _mm512_cvtepi32_ps(_mm512_sub_epi32(b32_reduce8(s), corr));
+                prod = kind == B32_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(fi, dw), da)
+                                        : _mm512_mul_ps(fi, _mm512_mul_ps(dw, da));
+            }
             /* block b, then block b + 1 (its lanes moved onto block b's) */
             acc[t] = _mm512_add_ps(acc[t], prod);
             if (two) acc[t] = _mm512_add_ps(acc[t], _mm512_shuffle_f32x4(prod, prod, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -240,11 +261,15 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
 }
 
 #define B32_TILE(NAME, KIND)                                                                              \
+    static void NAME##_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {     \
+        (void)toks;                                                                                          \
+        b32_pack(B32_AFFINE(KIND), n, a, as, t0, t1, dst);                                                   \
+    }                                                                                                        \
     static void NAME##_run(int64_t n, const void *w, size_t w_stride, int rows, const void *packed, int toks, \
                            float *out, size_t out_stride) {                                                  \
         b32_run(KIND, n, w, w_stride, rows, packed, toks, out, out_stride);                                 \
     }                                                                                                        \
-    static const kernel_tile NAME = {b32_packed_bytes, b32_pack, NAME##_run, 1};
+    static const kernel_tile NAME = {b32_packed_bytes, NAME##_pack, NAME##_run, 1};
 
 /* Used from one token on (kernels.h: min_toks). One-token products, bench_kernels --mb 512, two
  * threads from DRAM: Q4_0, Q5_0, IQ4_NL, MXFP4 18.0-19.9 -> 41.1-46.7 GB/s (their dots were
@@ -256,6 +281,8 @@ B32_TILE(tile_q4_0, B32_Q4_0)
 B32_TILE(tile_q5_0, B32_Q5_0)
 B32_TILE(tile_iq4_nl, B32_IQ4_NL)
 B32_TILE(tile_mxfp4, B32_MXFP4)
+B32_TILE(tile_q4_1, B32_Q4_1)
+B32_TILE(tile_q5_1, B32_Q5_1)
 
 void kernels_register_avx512_b32(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q8_0] = &tile_q8_0;
@@ -263,6 +290,8 @@ void kernels_register_avx512_b32(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q5_0] = &tile_q5_0;
     ks->tile[GGML_TYPE_IQ4_NL] = &tile_iq4_nl;
     ks->tile[GGML_TYPE_MXFP4] = &tile_mxfp4;
+    ks->tile[GGML_TYPE_Q4_1] = &tile_q4_1;
+    ks->tile[GGML_TYPE_Q5_1] = &tile_q5_1;
 }
 
 #endif
