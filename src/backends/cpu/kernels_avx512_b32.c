@@ -25,11 +25,11 @@
 #include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_avx512_rows8.h"
 
 #include "formats/quant.h"
 
 #define Q8_BLOCK_BYTES 34 /* the activation's blocks (and Q8_0's): d:f16 | 32 int8 */
-#define B32_ROWS 8         /* weight rows per group: one reduction tree */
 #define B32_TOKS 4         /* tokens per pass over a row group */
 
 /* The weight types: block bytes, where the values start, how they decode. */
@@ -134,7 +134,7 @@ static inline __attribute__((always_inline)) void b32_pack(const bool q81, int64
 /* Eight vectors of vpdpbusd sums (row r: dwords 0-7 block b, 8-15 block b + 1) to one vector:
  * dwords 0-3 rows 0-3 of block b, 4-7 rows 0-3 of block b + 1, 8-11 rows 4-7 of block b,
  * 12-15 rows 4-7 of block b + 1. */
-static inline __m512i b32_reduce8(const __m512i p[B32_ROWS]) {
+static inline __m512i b32_reduce8(const __m512i p[ROWS8]) {
     __m512i q[4], u[2];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) { /* per 128-bit lane: [a 0+1, a 2+3, b 0+1, b 2+3] */
@@ -153,17 +153,17 @@ static inline __m512i b32_reduce8(const __m512i p[B32_ROWS]) {
                             _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One group of B32_ROWS rows (lanes past the group's rows repeat the last row; not stored)
+/* One group of ROWS8 rows (lanes past the group's rows repeat the last row; not stored)
  * against tn tokens (a constant after inlining), all blocks. acc lanes 0-3 and 8-11 end as
  * rows 0-3 and 4-7. */
 static inline __attribute__((always_inline)) void b32_group(const int kind, __m512i lut, int64_t nb,
                                                            const uint8_t *w0, __m512i offs,
-                                                           const uint8_t *const wr[B32_ROWS],
+                                                           const uint8_t *const wr[ROWS8],
                                                            const uint8_t *packed, size_t tb, const int tn,
                                                            const uint8_t *next, size_t next_bytes,
                                                            __m512 acc[B32_TOKS]) {
     const int64_t np = (nb + 1) / 2;
-    const int bb = b32_block_bytes[kind], pair_lines = (2 * B32_ROWS * bb + 63) / 64;
+    const int bb = b32_block_bytes[kind], pair_lines = (2 * ROWS8 * bb + 63) / 64;
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     const __m512 zero = _mm512_setzero_ps();
     for (int t = 0; t < tn; t++) acc[t] = zero;
@@ -176,9 +176,9 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
             for (int l = 0; l < pair_lines; l++)
                 if (off + 64 * (size_t)l < next_bytes) _mm_prefetch((const char *)next + off + 64 * l, _MM_HINT_T0);
         }
-        __m512i wv[B32_ROWS];
+        __m512i wv[ROWS8];
 #pragma GCC unroll 8
-        for (int r = 0; r < B32_ROWS; r++) wv[r] = b32_values(kind, wr[r] + b * bb, two, lut);
+        for (int r = 0; r < ROWS8; r++) wv[r] = b32_values(kind, wr[r] + b * bb, two, lut);
         /* the rows' block scales in the reduction's layout (offs: row and block of each dword) */
         const __mmask16 have = two ? (__mmask16)0xffff : (__mmask16)0x0f0f; /* no block b + 1: not read */
         const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), have, offs,
@@ -189,10 +189,8 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
 #pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const uint8_t *p = packed + (size_t)t * tb;
-            const __m512i av = _mm512_loadu_si512((const void *)(p + 64 * pi));
-            __m512i s[B32_ROWS];
-#pragma GCC unroll 8
-            for (int r = 0; r < B32_ROWS; r++) s[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], av);
+            __m512i s[ROWS8];
+            rows8_dpbusd(wv, p + 64 * pi, s);
             /* the pair's 128 * sum(a) and scales, each to its block's lanes */
             const __m128i sums2 = _mm_loadl_epi64((const __m128i *)(p + np * 64 + 8 * pi));
             const __m128i scales2 = _mm_loadl_epi64((const __m128i *)(p + np * 72 + 8 * pi));
@@ -225,36 +223,30 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
     for (int i = 0; i < 16; i++) book[i] = (uint8_t)(kv[i] + 128);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)book));
     const size_t tb = b32_token_bytes(n);
-    for (int r0 = 0; r0 < rows; r0 += B32_ROWS) {
-        const int nr = rows - r0 < B32_ROWS ? rows - r0 : B32_ROWS;
-        const uint8_t *w0 = (const uint8_t *)w + (size_t)r0 * w_stride;
-        const uint8_t *wr[B32_ROWS];
+    static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* b32_reduce8's layout */
+    for (int r0 = 0; r0 < rows; r0 += ROWS8) {
+        const rows8 g = rows8_at(w, w_stride, rows, r0);
         int32_t off[16];
-        for (int r = 0; r < B32_ROWS; r++) wr[r] = w0 + (size_t)(r < nr ? r : nr - 1) * w_stride;
         for (int i = 0; i < 16; i++) { /* dword i: row (i / 8) * 4 + i % 4, block b + (i / 4) % 2 */
-            const int r = (i / 8) * 4 + i % 4, rr = r < nr ? r : nr - 1;
+            const int r = (i / 8) * 4 + i % 4, rr = r < g.nr ? r : g.nr - 1;
             off[i] = (int32_t)((size_t)rr * w_stride + (size_t)((i / 4) % 2) * (size_t)bb);
         }
         const __m512i offs = _mm512_loadu_si512((const void *)off);
-        const int next_rows = rows - r0 - nr < B32_ROWS ? rows - r0 - nr : B32_ROWS;
-        const uint8_t *next = next_rows > 0 ? w0 + (size_t)nr * w_stride : NULL;
-        const size_t next_bytes = next_rows > 0 ? (size_t)next_rows * w_stride : 0;
         for (int t0 = 0; t0 < toks; t0 += B32_TOKS) {
             const int tn = toks - t0 < B32_TOKS ? toks - t0 : B32_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const uint8_t *pf = t0 == 0 ? next : NULL; /* later passes find the rows in L1 */
+            const uint8_t *pf = t0 == 0 ? g.next : NULL; /* later passes find the rows in L1 */
             __m512 acc[B32_TOKS];
             switch (tn) {
-            case 1: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 1, pf, next_bytes, acc); break;
-            case 2: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 2, pf, next_bytes, acc); break;
-            case 3: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 3, pf, next_bytes, acc); break;
-            default: b32_group(kind, lut, nb, w0, offs, wr, p, tb, 4, pf, next_bytes, acc); break;
+            case 1: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 1, pf, g.next_bytes, acc); break;
+            case 2: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 2, pf, g.next_bytes, acc); break;
+            case 3: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 3, pf, g.next_bytes, acc); break;
+            default: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 4, pf, g.next_bytes, acc); break;
             }
             for (int t = 0; t < tn; t++) {
                 float v[16];
                 _mm512_storeu_ps(v, acc[t]);
-                float *o = out + (size_t)(t0 + t) * out_stride + r0;
-                for (int r = 0; r < nr; r++) o[r] = v[(r / 4) * 8 + r % 4];
+                rows8_store(v, lane_of, g.nr, out + (size_t)(t0 + t) * out_stride + r0);
             }
         }
     }

@@ -18,10 +18,10 @@
 #include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_avx512_rows8.h"
 
 #define Q2_BLOCK_BYTES 18 /* d:f16 | 16 code bytes */
 #define Q8_BLOCK_BYTES 34 /* d:f16 | 32 int8 */
-#define Q2_ROWS 8         /* weight rows per group: one reduction tree */
 #define Q2_TOKS 4         /* tokens per pass over a row group (prefill) */
 
 /* Packed activations, per token: nb blocks of 64 bytes in plane order (128-bit lane k, byte j =
@@ -69,7 +69,7 @@ static inline __m512i q2_codes(const uint8_t *blk, __m512i shifts, __m512i three
 
 /* Eight vectors of vpdpbusd sums (row r: lane k dwords 0-1 half 0, 2-3 half 1) to one vector
  * with dword 2r = row r's half-0 sum and 2r + 1 its half-1 sum. */
-static inline __m512i q2_reduce8(const __m512i p[Q2_ROWS]) {
+static inline __m512i q2_reduce8(const __m512i p[ROWS8]) {
     __m512i q[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
@@ -87,10 +87,10 @@ static inline __m512i q2_reduce8(const __m512i p[Q2_ROWS]) {
                             _mm512_shuffle_i32x4(s0, s1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One group of Q2_ROWS rows (lanes past `rows` repeat the last row; not stored) against tn
+/* One group of ROWS8 rows (lanes past `rows` repeat the last row; not stored) against tn
  * tokens (a constant after inlining), all blocks. acc lane 2r ends as row r's dot. */
 static inline __attribute__((always_inline)) void q2_group(int64_t nb, const uint8_t *w0, __m256i offs,
-                                                           const uint8_t *const wr[Q2_ROWS],
+                                                           const uint8_t *const wr[ROWS8],
                                                            const uint8_t *packed, size_t tb, const int tn,
                                                            const uint8_t *next, size_t next_bytes,
                                                            __m512 acc[Q2_TOKS]) {
@@ -110,19 +110,17 @@ static inline __attribute__((always_inline)) void q2_group(int64_t nb, const uin
                 _mm_prefetch((const char *)next + off + 128, _MM_HINT_T0);
             }
         }
-        __m512i c[Q2_ROWS];
+        __m512i c[ROWS8];
 #pragma GCC unroll 8
-        for (int r = 0; r < Q2_ROWS; r++) c[r] = q2_codes(wr[r] + b * Q2_BLOCK_BYTES, shifts, three);
+        for (int r = 0; r < ROWS8; r++) c[r] = q2_codes(wr[r] + b * Q2_BLOCK_BYTES, shifts, three);
         /* the rows' block scales: dword r of the gather holds row r's d in its low half, so as 16
          * halves, element 2r is row r's d */
         const __m512 dw = _mm512_cvtph_ps(_mm256_i32gather_epi32((const int *)(w0 + b * Q2_BLOCK_BYTES), offs, 1));
 #pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const uint8_t *p = packed + (size_t)t * tb;
-            const __m512i av = _mm512_loadu_si512((const void *)(p + 64 * b));
-            __m512i s[Q2_ROWS];
-#pragma GCC unroll 8
-            for (int r = 0; r < Q2_ROWS; r++) s[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[r], av);
+            __m512i s[ROWS8];
+            rows8_dpbusd(c, p + 64 * b, s);
             int64_t asum;
             double dpair;
             memcpy(&asum, p + nb * 64 + 8 * b, 8);
@@ -141,36 +139,27 @@ static void q2_run(int64_t n, const void *w, size_t w_stride, int rows, const vo
                    float *out, size_t out_stride) {
     const int64_t nb = n / 64;
     const size_t tb = q2_token_bytes(n);
-    for (int r0 = 0; r0 < rows; r0 += Q2_ROWS) {
-        const int nr = rows - r0 < Q2_ROWS ? rows - r0 : Q2_ROWS;
-        const uint8_t *w0 = (const uint8_t *)w + (size_t)r0 * w_stride;
-        const uint8_t *wr[Q2_ROWS];
-        int32_t off[Q2_ROWS];
-        for (int r = 0; r < Q2_ROWS; r++) {
-            const int rr = r < nr ? r : nr - 1;
-            wr[r] = w0 + (size_t)rr * w_stride;
-            off[r] = (int32_t)((size_t)rr * w_stride);
-        }
+    static const int lane_of[ROWS8] = {0, 2, 4, 6, 8, 10, 12, 14}; /* q2_reduce8's layout */
+    for (int r0 = 0; r0 < rows; r0 += ROWS8) {
+        const rows8 g = rows8_at(w, w_stride, rows, r0);
+        int32_t off[ROWS8];
+        for (int r = 0; r < ROWS8; r++) off[r] = (int32_t)(g.wr[r] - g.w0);
         const __m256i offs = _mm256_loadu_si256((const __m256i *)off);
-        const int next_rows = rows - r0 - nr < Q2_ROWS ? rows - r0 - nr : Q2_ROWS;
-        const uint8_t *next = next_rows > 0 ? w0 + (size_t)nr * w_stride : NULL;
-        const size_t next_bytes = next_rows > 0 ? (size_t)next_rows * w_stride : 0;
         for (int t0 = 0; t0 < toks; t0 += Q2_TOKS) {
             const int tn = toks - t0 < Q2_TOKS ? toks - t0 : Q2_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const uint8_t *pf = t0 == 0 ? next : NULL; /* later passes find the rows in L1 */
+            const uint8_t *pf = t0 == 0 ? g.next : NULL; /* later passes find the rows in L1 */
             __m512 acc[Q2_TOKS];
             switch (tn) {
-            case 1: q2_group(nb, w0, offs, wr, p, tb, 1, pf, next_bytes, acc); break;
-            case 2: q2_group(nb, w0, offs, wr, p, tb, 2, pf, next_bytes, acc); break;
-            case 3: q2_group(nb, w0, offs, wr, p, tb, 3, pf, next_bytes, acc); break;
-            default: q2_group(nb, w0, offs, wr, p, tb, 4, pf, next_bytes, acc); break;
+            case 1: q2_group(nb, g.w0, offs, g.wr, p, tb, 1, pf, g.next_bytes, acc); break;
+            case 2: q2_group(nb, g.w0, offs, g.wr, p, tb, 2, pf, g.next_bytes, acc); break;
+            case 3: q2_group(nb, g.w0, offs, g.wr, p, tb, 3, pf, g.next_bytes, acc); break;
+            default: q2_group(nb, g.w0, offs, g.wr, p, tb, 4, pf, g.next_bytes, acc); break;
             }
             for (int t = 0; t < tn; t++) {
                 float v[16];
                 _mm512_storeu_ps(v, acc[t]);
-                float *o = out + (size_t)(t0 + t) * out_stride + r0;
-                for (int r = 0; r < nr; r++) o[r] = v[2 * r];
+                rows8_store(v, lane_of, g.nr, out + (size_t)(t0 + t) * out_stride + r0);
             }
         }
     }
