@@ -215,6 +215,49 @@ static void check_dots(rng *r, kernel_isa isa) {
     }
 }
 
+/* Every tile at the token and row counts where its kernels split the work: the rows-in-lanes
+ * kernels' passes of 4 tokens and groups of 8 rows, the K-quant tiles' 16-token blocks with a
+ * remainder on either kernel, and their blocks of 64 rows (kernels_avx512_krows.c). */
+static void check_tile_splits(rng *r, kernel_isa isa) {
+    enum { KMAX = 768, RMAX = 70, TMAX = 40 };
+    static float x[KMAX];
+    static uint8_t w[RMAX * KMAX * 4 + 64], a[TMAX * KMAX * 4];
+    static float out[TMAX * RMAX];
+    const int toks_list[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 21, 23, 24, 25, 31, 33, 40};
+    const int rows_list[] = {1, 7, 8, 9, 70};
+    for (uint32_t type = 0; type < GGML_TYPE_COUNT; type++) {
+        const quant_traits *t = quant_traits_of(type);
+        const kernel_tile *tile = t && t->dot ? kernel_tile_of(type) : NULL;
+        if (!tile || t->block_elems == 1) continue;
+        const quant_traits *at = quant_traits_of(t->act_type);
+        for (size_t ti = 0; ti < sizeof toks_list / sizeof toks_list[0]; ti++)
+            for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+                const int toks = toks_list[ti], rows = rows_list[ri];
+                const int64_t n = 256 * (1 + (int64_t)(rnd(r) % 3));
+                const size_t ws = quant_row_bytes(type, n), as = quant_row_bytes(t->act_type, n);
+                for (int i = 0; i < rows; i++) rnd_weights(r, type, w + i * ws, n, x);
+                for (int i = 0; i < toks; i++) {
+                    rnd_floats(r, x, n, (int)(at->block_elems > 1 ? at->block_elems : 16));
+                    at->quantize(x, a + i * as, n);
+                }
+                uint8_t *packed = aligned_alloc(64, (tile->packed_bytes(n, toks) + 63) / 64 * 64);
+                const int mid = (toks + 15) / 16 / 2 * 16;
+                tile->pack(n, a, as, toks, 0, mid, packed);
+                tile->pack(n, a, as, toks, mid, toks, packed);
+                tile->run(n, w, ws, rows, packed, toks, out, (size_t)rows);
+                CHECK_CLEAN(isa, "tile run", t->name);
+                for (int i = 0; i < rows; i++)
+                    for (int k = 0; k < toks; k++) {
+                        const float ref = t->dot(n, w + i * ws, a + k * as), got = out[k * rows + i];
+                        n_checks++;
+                        CHECKF(fbits(ref) == fbits(got), "%s %s tile split n=%lld rows %d toks %d: r%d t%d %.9g vs %.9g",
+                               kernel_isa_name(isa), t->name, (long long)n, rows, toks, i, k, got, ref);
+                    }
+                free(packed);
+            }
+    }
+}
+
 static void check_encoders(rng *r, kernel_isa isa) {
     enum { NMAX = 4096 };
     static float x[NMAX];
@@ -406,6 +449,7 @@ int main(void) {
         long before = n_checks;
         check_encoders(&r, isa);
         check_dots(&r, isa);
+        check_tile_splits(&r, isa);
         check_attention(&r, isa);
         check_f32_passes(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);

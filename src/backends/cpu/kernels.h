@@ -127,6 +127,7 @@ void kernels_register_avx512(kernel_set *ks);
 void kernels_register_avx512_q2_0(kernel_set *ks); /* kernels_avx512_q2_0.c */
 void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */
 void kernels_register_avx512_float(kernel_set *ks); /* kernels_avx512_float.c */
+void kernels_register_avx512_krows(kernel_set *ks); /* kernels_avx512_krows.c: wraps the K-quant tiles */
 
 const char *kernel_isa_name(kernel_isa isa);
 /* The best level this CPU and OS support. */

@@ -17,23 +17,6 @@
 
 /* ---- 512-bit K-quant dots (same integers, same float steps as the 256-bit ones) ----------- */
 
-/* Scales and mins of a Q4_K/Q5_K super-block as 16 words: 0..7 scales, 8..15 mins. The 12
- * packed bytes as three little-endian u32 u0..u2: scales 0..3 / mins 0..3 are the low six bits
- * of the bytes of u0 / u1; scales 4..7 take their low nibble from u2's low nibbles and their top
- * two bits from the top of u0's bytes; mins 4..7 likewise from u2's high nibbles and u1. */
-static inline __m256i k4_scales16(const uint8_t *p) {
-    /* dwords [s0, s1, m0, m1] with s0 = u0 & 0x3f.., m0 = u1 & 0x3f..,
-     * s1 = (u2 & 0x0f..) | ((u0 >> 2) & 0x30..), m1 = ((u2 >> 4) & 0x0f..) | ((u1 >> 2) & 0x30..):
-     * ((u >> 6) & 3) << 4 is (u >> 2) & 0x30 per byte. The 16-byte load reads 4 bytes past the
-     * 12 scale bytes, inside the super-block (its quants follow). */
-    const __m128i u = _mm_loadu_si128((const __m128i *)p);
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, 0x98), _mm_setr_epi32(0, 0, 0, 4)), /* u0 u2 u1 u2>>4 */
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2), /* u0 u0 u1 u1, >> 2 */
-                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
-}
-
 /* Reduce 16 int32 lanes (a) and 8 int32 lanes (b) to their two sums at once. */
 static inline void hsum2(__m512i a, __m256i b, int32_t *sa, int32_t *sb) {
     __m256i a8 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
@@ -1324,6 +1307,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
     ks->tile[GGML_TYPE_IQ3_XXS] = k45_mullo_q4() ? &tile_iq3_xxs8 : &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
+    kernels_register_avx512_krows(ks); /* Q4_K, Q5_K, Q6_K: rows in lanes for a few tokens */
     kernels_register_avx512_q2_0(ks);
     kernels_register_avx512_b32(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;

@@ -131,28 +131,6 @@ static inline __attribute__((always_inline)) void b32_pack(const bool q81, int64
     }
 }
 
-/* Eight vectors of vpdpbusd sums (row r: dwords 0-7 block b, 8-15 block b + 1) to one vector:
- * dwords 0-3 rows 0-3 of block b, 4-7 rows 0-3 of block b + 1, 8-11 rows 4-7 of block b,
- * 12-15 rows 4-7 of block b + 1. */
-static inline __m512i b32_reduce8(const __m512i p[ROWS8]) {
-    __m512i q[4], u[2];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) { /* per 128-bit lane: [a 0+1, a 2+3, b 0+1, b 2+3] */
-        const __m512 a = _mm512_castsi512_ps(p[2 * j]), b = _mm512_castsi512_ps(p[2 * j + 1]);
-        q[j] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
-                                _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
-    }
-#pragma GCC unroll 2
-    for (int k = 0; k < 2; k++) { /* per 128-bit lane: rows 4k .. 4k + 3, that lane's four dwords */
-        const __m512 a = _mm512_castsi512_ps(q[2 * k]), b = _mm512_castsi512_ps(q[2 * k + 1]);
-        u[k] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
-                                _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
-    }
-    /* lanes 0 + 1 hold block b, lanes 2 + 3 block b + 1 */
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 /* One group of ROWS8 rows (lanes past the group's rows repeat the last row; not stored)
  * against tn tokens (a constant after inlining), all blocks. acc lanes 0-3 and 8-11 end as
  * rows 0-3 and 4-7. */
@@ -198,11 +176,11 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
             const __m512 da = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(_mm_castsi128_ps(scales2)));
             __m512 prod;
             if (B32_AFFINE(kind)) { /* (dw * da) * isum + mw * sa, the values unsigned: no correction */
-                const __m512 fi = _mm512_cvtepi32_ps(b32_reduce8(s));
+                const __m512 fi = _mm512_cvtepi32_ps(rows8_reduce(s));
                 prod = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dw, da), fi),
                                      _mm512_mul_ps(mw, _mm512_castsi512_ps(corr)));
             } else { /* exact block sums of w * a */
-                const __m512 fi = _mm512_cvtepi32_ps(_mm512_sub_epi32(b32_reduce8(s), corr));
+                const __m512 fi = _mm512_cvtepi32_ps(_mm512_sub_epi32(rows8_reduce(s), corr));
                 prod = kind == B32_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(fi, dw), da)
                                         : _mm512_mul_ps(fi, _mm512_mul_ps(dw, da));
             }
@@ -223,7 +201,7 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
     for (int i = 0; i < 16; i++) book[i] = (uint8_t)(kv[i] + 128);
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)book));
     const size_t tb = b32_token_bytes(n);
-    static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* b32_reduce8's layout */
+    static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
     for (int r0 = 0; r0 < rows; r0 += ROWS8) {
         const rows8 g = rows8_at(w, w_stride, rows, r0);
         int32_t off[16];

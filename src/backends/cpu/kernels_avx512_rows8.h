@@ -44,4 +44,26 @@ static inline void rows8_store(const float v[16], const int lane_of[ROWS8], int 
     for (int r = 0; r < nr; r++) o[r] = v[lane_of[r]];
 }
 
+/* Eight vectors of vpdpbusd sums (row r: dwords 0-7 block b, 8-15 block b + 1) to one vector:
+ * dwords 0-3 rows 0-3 of block b, 4-7 rows 0-3 of block b + 1, 8-11 rows 4-7 of block b,
+ * 12-15 rows 4-7 of block b + 1. */
+static inline __m512i rows8_reduce(const __m512i p[ROWS8]) {
+    __m512i q[4], u[2];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) { /* per 128-bit lane: [a 0+1, a 2+3, b 0+1, b 2+3] */
+        const __m512 a = _mm512_castsi512_ps(p[2 * j]), b = _mm512_castsi512_ps(p[2 * j + 1]);
+        q[j] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                                _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) { /* per 128-bit lane: rows 4k .. 4k + 3, that lane's four dwords */
+        const __m512 a = _mm512_castsi512_ps(q[2 * k]), b = _mm512_castsi512_ps(q[2 * k + 1]);
+        u[k] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                                _mm512_castps_si512(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+    }
+    /* lanes 0 + 1 hold block b, lanes 2 + 3 block b + 1 */
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 #endif
