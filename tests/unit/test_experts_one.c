@@ -1,8 +1,9 @@
 /* The CPU backend's experts_one (a MoE layer's SwiGLU experts of one token in two dispatches)
  * against the ops it stands for: for every expert, matmul_swiglu then matmul, bit for bit.
  * Experts of mixed types (a shared expert's types differ from the routed ones'), 1..16
- * experts, 1 and 2 threads; and it declines what it must not take (types whose tile kernels run
- * at one token: Q2_0, Q8_0, MXFP4, ...; more than 16 experts) without touching the outputs. */
+ * experts, 1 and 2 threads, on the dots and on the tile kernels that run at one token (Q2_0,
+ * Q8_0, MXFP4, Q4_K, ...); and it declines what it must not take (a gate and an up that cannot
+ * share one encoding, more than 16 experts) without touching the outputs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,12 @@ typedef struct expert {
     tview gate, up, down;
 } expert;
 
+/* the up matrix's type: the gate's, unless up_type is set (a case that must be declined) */
+static uint32_t up_type = GGML_TYPE_COUNT;
+
 static expert make_expert(uint32_t tg, uint32_t td, int64_t dim, int64_t ff) {
-    return (expert){make_matrix(tg, dim, ff), make_matrix(tg, dim, ff), make_matrix(td, ff, dim)};
+    return (expert){make_matrix(tg, dim, ff), make_matrix(up_type < GGML_TYPE_COUNT ? up_type : tg, dim, ff),
+                    make_matrix(td, ff, dim)};
 }
 
 static void free_expert(expert *e) {
@@ -73,16 +78,21 @@ int main(void) {
         run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, 512, 256, true);
         run_case(be, 11, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 512, 256, true);
         run_case(be, 16, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32, GGML_TYPE_F16, 256, 64, true);
-        run_case(be, 16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64,
-                 kernel_tile_of(GGML_TYPE_Q4_1) == NULL && kernel_tile_of(GGML_TYPE_Q5_1) == NULL);
-        /* declined where a tile runs at one token (AVX-512: Q2_0 and the 32-value block types
-         * with Q8_0 activations, kernels_avx512_b32.c); too many experts */
-        run_case(be, 4, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q2_0, GGML_TYPE_Q2_0, 512, 256,
-                 kernel_tile_of(GGML_TYPE_Q2_0) == NULL);
-        run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, 512, 256,
-                 kernel_tile_of(GGML_TYPE_Q8_0) == NULL);
-        run_case(be, 16, GGML_TYPE_MXFP4, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64,
-                 kernel_tile_of(GGML_TYPE_MXFP4) == NULL && kernel_tile_of(GGML_TYPE_Q4_0) == NULL);
+        /* tile kernels at one token (AVX-512: Q2_0, the 32-value block types, Q4_K and Q5_K) */
+        run_case(be, 16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64, true);
+        run_case(be, 4, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q2_0, GGML_TYPE_Q2_0, 512, 256, true);
+        run_case(be, 9, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, 512, 256, true);
+        run_case(be, 16, GGML_TYPE_MXFP4, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16, 256, 64, true);
+        run_case(be, 10, GGML_TYPE_Q5_K, GGML_TYPE_Q4_K, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0, 256, 768, true);
+        /* declined: a gate and an up of different activation formats, or one tiled at one token
+         * and the other not; too many experts */
+        up_type = GGML_TYPE_Q8_0;
+        run_case(be, 3, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 256, 256, false);
+        up_type = GGML_TYPE_Q6_K;
+        run_case(be, 3, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, 256, 256,
+                 (kernel_tile_of(GGML_TYPE_Q4_K) == NULL || kernel_tile_of(GGML_TYPE_Q4_K)->min_toks != 1) ==
+                     (kernel_tile_of(GGML_TYPE_Q6_K) == NULL || kernel_tile_of(GGML_TYPE_Q6_K)->min_toks != 1));
+        up_type = GGML_TYPE_COUNT;
         run_case(be, 17, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 256, 256, false);
         be_free(be);
     }

@@ -339,7 +339,7 @@ static inline __attribute__((always_inline)) void kr_mix_run(const int kind, int
     }
 }
 
-#define KR_TILE(NAME, KIND)                                                                                  \
+#define KR_TILE(NAME, KIND, MIN)                                                                               \
     static size_t NAME##_bytes(int64_t n, int toks) { return kr_mix_bytes(KIND, n, toks); }                   \
     static void NAME##_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {         \
         kr_mix_pack(KIND, n, a, as, toks, t0, t1, dst);                                                         \
@@ -348,10 +348,10 @@ static inline __attribute__((always_inline)) void kr_mix_run(const int kind, int
                            float *out, size_t os) {                                                             \
         kr_mix_run(KIND, n, w, ws, rows, packed, toks, out, os);                                                \
     }                                                                                                           \
-    static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, 2};
-KR_TILE(tile_q4_k_mix, KR_Q4_K)
-KR_TILE(tile_q5_k_mix, KR_Q5_K)
-KR_TILE(tile_q6_k_mix, KR_Q6_K)
+    static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, MIN};
+KR_TILE(tile_q4_k_mix, KR_Q4_K, 1)
+KR_TILE(tile_q5_k_mix, KR_Q5_K, 1)
+KR_TILE(tile_q6_k_mix, KR_Q6_K, 2)
 
 /* Wraps the Q4_K, Q5_K and Q6_K tiles registered so far (kernels_register_avx512). From two
  * tokens on: one token stays with the dots, which experts_one runs in two dispatches for all of a

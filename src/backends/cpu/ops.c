@@ -389,8 +389,22 @@ typedef struct eo_job {
     int64_t base[EXPERTS_ONE_MAX + 1]; /* expert i owns rows [base[i], base[i+1]) of the job */
     gu_job gu[EXPERTS_ONE_MAX];        /* gate/up of expert i (n = 1, out = its mid row) */
     mm_job down[EXPERTS_ONE_MAX];      /* down of expert i */
+    float *gbuf[EXPERTS_ONE_MAX];      /* gate and up values of expert i where its gate/up are */
+    float *ubuf[EXPERTS_ONE_MAX];      /* tiled (kernel_tile.min_toks 1) */
     bool down_phase;
 } eo_job;
+
+/* Gate/up rows [lo, hi) of one token through a tile kernel (min_toks 1): the gate's and the
+ * up's values into the expert's two buffers, then the same SwiGLU expression as gu_rows_one. */
+static void gu_rows_one_tiled(const gu_job *j, float *gbuf, float *ubuf, int64_t lo, int64_t hi) {
+    mm_job g = j->g, u = j->u;
+    g.out = gbuf;
+    u.out = ubuf;
+    g.out_r0 = u.out_r0 = 0;
+    mm_rows(&g, lo, hi);
+    mm_rows(&u, lo, hi);
+    for (int64_t r = lo; r < hi; r++) j->out[r] = silu_times(gbuf[r], ubuf[r]);
+}
 
 static void eo_task(void *ctx, int ith, int nth) {
     const eo_job *j = ctx;
@@ -401,6 +415,8 @@ static void eo_task(void *ctx, int ith, int nth) {
         if (a >= b) continue;
         if (j->down_phase)
             mm_rows(&j->down[i], a - j->base[i], b - j->base[i]);
+        else if (j->gu[i].g.packed)
+            gu_rows_one_tiled(&j->gu[i], j->gbuf[i], j->ubuf[i], a - j->base[i], b - j->base[i]);
         else
             gu_rows_one(&j->gu[i], a - j->base[i], b - j->base[i]);
     }
@@ -410,15 +426,14 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
                             const tview *const *down, const float *x, float *const *out) {
     cpu_backend *c = (cpu_backend *)b;
     if (ne < 1 || ne > EXPERTS_ONE_MAX) return false;
-    /* the plain dot path only: types whose tile kernels run at one token (Q2_0, the 32-value
-     * block types of kernels_avx512_b32.c) keep their own path */
+    /* gate and up take one encoding (and packing, where tile kernels run at one token: Q2_0,
+     * the 32-value block types, Q4_K and Q5_K) */
     size_t need = 0;
     for (int i = 0; i < ne; i++) {
-        if (mm_tile(gate[i]->type, 1) || mm_tile(up[i]->type, 1) || mm_tile(down[i]->type, 1)) return false;
-        if (quant_traits_of(up[i]->type)->act_type != quant_traits_of(gate[i]->type)->act_type) return false;
+        if (!gu_shared_encoding(gate[i], up[i], 1)) return false;
         if (up[i]->ne[1] != gate[i]->ne[1] || down[i]->ne[0] != gate[i]->ne[1]) return false;
-        need += mm_scratch_bytes(gate[i], 1) + mm_scratch_bytes(down[i], 1) +
-                ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
+        const size_t rowsf = ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
+        need += mm_scratch_bytes(gate[i], 1) + mm_scratch_bytes(down[i], 1) + rowsf * (mm_tile(gate[i]->type, 1) ? 3 : 1);
     }
     _Static_assert(sizeof(eo_job) < 16384, "eo_job lives on the stack");
     eo_job job = {0}, *j = &job; /* a few KiB: on the stack, not an allocation per layer and token */
@@ -429,14 +444,19 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
         gu_job *g = &j->gu[i];
         g->g = (mm_job){.w = gate[i], .x = x, .n = 1};
         g->u = (mm_job){.w = up[i], .x = x, .n = 1};
+        const kernel_tile *tile = mm_tile(gate[i]->type, 1);
         int same = -1;
         for (int k = 0; k < i && same < 0; k++)
-            if (quant_traits_of(gate[k]->type)->act_type == quant_traits_of(gate[i]->type)->act_type) same = k;
+            if (quant_traits_of(gate[k]->type)->act_type == quant_traits_of(gate[i]->type)->act_type &&
+                (j->gu[k].g.tile == NULL) == (tile == NULL) && (!tile || j->gu[k].g.tile->pack == tile->pack))
+                same = k;
         if (same >= 0) {
             g->g.encode = j->gu[same].g.encode;
             g->g.act = j->gu[same].g.act;
             g->g.act_row = j->gu[same].g.act_row;
             g->g.dot = kernel_dot(gate[i]->type);
+            g->g.tile = tile;
+            g->g.packed = j->gu[same].g.packed;
         } else {
             p += mm_prepare(c, &g->g, p);
         }
@@ -444,9 +464,17 @@ static bool cpu_experts_one(backend *b, int ne, const tview *const *gate, const 
         g->u.act = g->g.act;
         g->u.act_row = g->g.act_row;
         g->u.dot = kernel_dot(up[i]->type);
+        g->u.tile = tile ? mm_tile(up[i]->type, 1) : NULL;
+        g->u.packed = g->g.packed;
+        const size_t rowsf = ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
         g->out = (float *)p; /* the expert's mid row */
         g->out_stride = (int)gate[i]->ne[1];
-        p += ((size_t)gate[i]->ne[1] * sizeof(float) + 63) / 64 * 64;
+        p += rowsf;
+        if (tile) { /* its gate and up values (gu_rows_one_tiled) */
+            j->gbuf[i] = (float *)p;
+            j->ubuf[i] = (float *)(p + rowsf);
+            p += 2 * rowsf;
+        }
         j->base[i + 1] = j->base[i] + gate[i]->ne[1];
     }
     threadpool_run_shares(c->pool, eo_task, j, dot_shares(c));
