@@ -1,7 +1,8 @@
 /* The memory watchdog: a thread that samples the kernel's memory signals every 100 ms and
  * trips (once, for good) when running on would mean swapping or an OOM kill:
  *   - pages written to swap since start (/proc/vmstat pswpout);
- *   - memory pressure stalls: PSI "full avg10" above a threshold (/proc/pressure/memory);
+ *   - memory pressure stalls: the PSI memory "full" stall time (/proc/pressure/memory) of the
+ *     last 10 s since the start above a share of those 10 s;
  *   - the memory cgroup's unreclaimable usage within a floor of its limit, or new OOM events
  *     (v2 memory.events, v1 memory.oom_control);
  *   - MemAvailable below a floor.
@@ -41,21 +42,39 @@ static bool keyed(const char *path, const char *key, uint64_t *out) {
     return found;
 }
 
-static bool psi_full_avg10(double *out) {
+/* The cumulative PSI memory "full" stall time in microseconds (the "total=" field). */
+static bool psi_full_total(uint64_t *out) {
     FILE *f = fopen("/proc/pressure/memory", "r");
     if (!f) return false;
     char line[256];
     bool found = false;
     while (fgets(line, sizeof line, f))
         if (strncmp(line, "full ", 5) == 0) {
-            const char *a = strstr(line, "avg10=");
+            const char *a = strstr(line, "total=");
             if (a) {
-                *out = strtod(a + 6, NULL);
+                *out = strtoull(a + 6, NULL, 10);
                 found = true;
             }
         }
     fclose(f);
     return found;
+}
+
+/* Why not the kernel's "avg10": it also counts the stalls before the watchdog started, and
+ * populating a resident model reclaims other files' page cache, which the kernel counts as
+ * full stalls; a 14.6 GB model loaded over a full page cache then read 20-55% for seconds
+ * after its load and the first step stopped, though nothing swapped or thrashed any more. */
+double psi_window_add(psi_window *w, uint64_t total_us, int interval_ms) {
+    const int n = interval_ms > 0 ? PSI_WINDOW_MS / interval_ms : PSI_RING;
+    const int cap = n < 1 ? 1 : n > PSI_RING ? PSI_RING : n;
+    if (w->count == 0) w->start = total_us;
+    /* the total of cap samples ago, or at the start (no stall counted before it) */
+    const uint64_t then = w->count >= cap ? w->ring[w->head] : w->start;
+    w->ring[w->head] = total_us;
+    w->head = (w->head + 1) % cap;
+    if (w->count < cap) w->count++;
+    const uint64_t stalled = total_us > then ? total_us - then : 0;
+    return 100.0 * (double)stalled / (1000.0 * (double)cap * (double)(interval_ms > 0 ? interval_ms : 1));
 }
 
 static bool read_u64(const char *path, uint64_t *out) {
@@ -85,13 +104,16 @@ static uint64_t oom_events(void) {
     return total;
 }
 
-static void sample(uint64_t swap0, uint64_t oom0) {
+static void sample(uint64_t swap0, uint64_t oom0, psi_window *psi) {
     uint64_t v;
     if (keyed("/proc/vmstat", "pswpout", &v) && v > swap0)
         trip("swap-out detected (%llu pages written to swap)", (unsigned long long)(v - swap0));
-    double full;
-    if (cfg.psi_full_max > 0 && psi_full_avg10(&full) && full > cfg.psi_full_max)
-        trip("memory pressure: tasks fully stalled on memory %.1f%% of the last 10 s", full);
+    uint64_t total;
+    if (cfg.psi_full_max > 0 && psi_full_total(&total)) {
+        const double full = psi_window_add(psi, total, cfg.interval_ms);
+        if (full > cfg.psi_full_max)
+            trip("memory pressure: tasks fully stalled on memory %.1f%% of the last 10 s", full);
+    }
     uint64_t oom = oom_events();
     if (oom > oom0) trip("the memory cgroup reported an out-of-memory event");
     uint64_t avail;
@@ -118,10 +140,12 @@ static void *watch(void *arg) {
     uint64_t swap0 = 0;
     keyed("/proc/vmstat", "pswpout", &swap0);
     uint64_t oom0 = oom_events();
+    static psi_window psi; /* one watchdog thread at a time */
+    memset(&psi, 0, sizeof psi);
     pthread_mutex_lock(&mu);
     while (!quit) {
         pthread_mutex_unlock(&mu);
-        sample(swap0, oom0);
+        sample(swap0, oom0, &psi);
         pthread_mutex_lock(&mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

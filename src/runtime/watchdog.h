@@ -11,8 +11,21 @@
 typedef struct watchdog_config {
     int interval_ms;         /* sampling period */
     uint64_t min_free_bytes; /* MemAvailable floor, and headroom under the cgroup limit */
-    double psi_full_max;     /* PSI memory "full avg10" percentage that trips; 0 = ignore */
+    double psi_full_max;     /* PSI memory "full" stall share of the last 10 s (since the start)
+                              * that trips, in percent; 0 = ignore */
 } watchdog_config;
+
+/* The PSI "full" stall share of the last PSI_WINDOW_MS: the cumulative stall counter sampled
+ * every interval, stalls before the first sample not counted. */
+#define PSI_WINDOW_MS 10000
+#define PSI_RING 1000
+typedef struct psi_window {
+    uint64_t ring[PSI_RING]; /* the last samples of the counter */
+    uint64_t start;          /* the first sample */
+    int head, count;
+} psi_window;
+/* Adds a sample of the counter (microseconds); returns the stall percentage of the window. */
+double psi_window_add(psi_window *w, uint64_t total_us, int interval_ms);
 
 watchdog_config watchdog_defaults(void);
 /* Start (reference-counted: one thread per process). 0 or -1. */

@@ -191,6 +191,25 @@ static void test_watchdog(void) {
     sluice_model_free(m);
 }
 
+/* The watchdog's stall share: the PSI "full" counter's growth over the last 10 s of samples,
+ * nothing before the first sample (a model's load) counted. */
+static void test_psi_window(void) {
+    static psi_window w;
+    memset(&w, 0, sizeof w);
+    uint64_t t = 987654321; /* stalls before the start: not counted */
+    CHECK(psi_window_add(&w, t, 100) == 0.0);
+    for (int i = 0; i < 10; i++) CHECK(psi_window_add(&w, t, 100) == 0.0);
+    double pct = 0.0;
+    for (int i = 0; i < 10; i++) pct = psi_window_add(&w, t += 100000, 100); /* 1 s fully stalled */
+    CHECKF(pct > 9.99 && pct < 10.01, "1 s of stalls in 10 s: %.3f%%", pct);
+    for (int i = 0; i < 20; i++) pct = psi_window_add(&w, t += 100000, 100);
+    CHECKF(pct > 29.99 && pct < 30.01, "3 s of stalls in 10 s: %.3f%%", pct);
+    for (int i = 0; i < 100; i++) pct = psi_window_add(&w, t, 100); /* 10 s without: they age out */
+    CHECKF(pct == 0.0, "stalls older than 10 s: %.3f%%", pct);
+    for (int i = 0; i < 200; i++) pct = psi_window_add(&w, t += 50000, 100); /* half stalled */
+    CHECKF(pct > 49.99 && pct < 50.01, "half of every interval: %.3f%%", pct);
+}
+
 /* The device side (runtime/plan_gpu.c): resident when the file fits the GPU budget, else a
  * VRAM expert cache of at least one layer's experts over a page-locked host copy of the experts. */
 static void test_gpu(void) {
@@ -324,5 +343,6 @@ int main(void) {
     test_format();
     test_probe();
     test_watchdog();
+    test_psi_window();
     CHECK_DONE();
 }
