@@ -280,18 +280,24 @@ static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t
 /* ---- each type's tile: rows in lanes for a few tokens, the 16-lane tile for blocks of 16 ---- */
 
 /* Up to kr_alone tokens the rows-in-lanes kernel runs alone; above, whole blocks of 16 go to the
- * 16-lane tile and a remainder of up to kr_tail tokens to this one (the 16-lane tile would run it
- * with most lanes empty). Both give the reference's bits, so the split changes no value.
- * bench_kernels --threads 2 --toks K (GOP/s, rows in lanes against the 16-lane tile): Q4_K
- * 2: 326 / 135, 4: 456 / 244, 6: 447 / 355, 8: 494 / 462; Q6_K 2: 274 / 125, 4: 347 / 202,
- * 6: 366 / 301, 8: 386 / 350 (12 tokens: 706 on the 16-lane tile). */
-static int kr_alone[3] = {8, 8, 8}, kr_tail[3] = {8, 8, 8};
+ * 16-lane tile and a remainder to this one when that is cheaper. Both give the reference's bits,
+ * so the split changes no value. The 16-lane tile runs its blocks in pairs (one decoded weight
+ * quad feeds two vpdpbusd), a last odd block alone, so a remainder that pairs with an odd block
+ * costs it little, and this kernel reads the rows again (from L2). bench_kernels --threads 2
+ * --toks K, GOP/s, split against the 16-lane tile alone, Q4_K (Q6_K): 17 tokens 775 / 680
+ * (632 / 529), 18: 723 / 712, 19: 748 / 790 (613 / 598), 21: 715 / 816, 24: 723 / 949;
+ * 33: 1043 / 854, 36: 1005 / 956 (822 / 743), 37: 954 / 964, 38: 920 / 954, 40: 858 / 1015.
+ * Alone, this kernel against the 16-lane tile at the same count: Q4_K 2: 326 / 135,
+ * 4: 456 / 244, 6: 447 / 355, 8: 494 / 462; Q6_K 2: 274 / 125, 4: 347 / 202, 6: 366 / 301,
+ * 8: 386 / 350. */
+static int kr_alone[3] = {8, 8, 8}, kr_tail_alone[3] = {4, 4, 4}, kr_tail_paired[3] = {2, 2, 2};
 
 /* Tokens [0, lanes) go to the 16-lane tile. */
 static int kr_lanes_toks(const int kind, int toks) {
     if (toks <= kr_alone[kind]) return 0;
-    const int tail = toks % 16;
-    return tail && tail <= kr_tail[kind] ? toks - tail : toks;
+    const int tail = toks % 16, blocks = toks / 16; /* whole blocks: an odd count leaves the tail a partner */
+    const int most = blocks % 2 ? kr_tail_paired[kind] : kr_tail_alone[kind];
+    return tail && tail <= most ? toks - tail : toks;
 }
 
 static const kernel_tile *kr_lanes[3]; /* the 16-lane tiles this level registered */
@@ -353,11 +359,11 @@ KR_TILE(tile_q4_k_mix, KR_Q4_K, 1)
 KR_TILE(tile_q5_k_mix, KR_Q5_K, 1)
 KR_TILE(tile_q6_k_mix, KR_Q6_K, 2)
 
-/* Wraps the Q4_K, Q5_K and Q6_K tiles registered so far (kernels_register_avx512). From two
- * tokens on: one token stays with the dots, which experts_one runs in two dispatches for all of a
- * layer's experts (this kernel at one token: Q4_K 50 -> 62 GB/s from L3, yet the 30B-A3B decode
- * 21.1-21.4 -> 19.2-19.7 t/s without experts_one). SLUICE_KROWS_ALONE, _TAIL and _MIN set the
- * thresholds for measurements (0, 0, 3: the 16-lane tiles as before). */
+/* Wraps the Q4_K, Q5_K and Q6_K tiles registered so far (kernels_register_avx512). Q4_K and
+ * Q5_K from one token on (Q4_K 50 -> 62 GB/s from L3; experts_one runs a layer's experts through
+ * it), Q6_K from two (its dot streams at the memory's speed: 87 against 64 GB/s).
+ * SLUICE_KROWS_ALONE, _TAIL, _TAIL_PAIRED and _MIN set the thresholds for measurements (0, 0, 0,
+ * 3: the 16-lane tiles as before). */
 void kernels_register_avx512_krows(kernel_set *ks) {
     const char *e;
     const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -365,7 +371,8 @@ void kernels_register_avx512_krows(kernel_set *ks) {
     for (int k = 0; k < 3; k++) {
         if (!ks->tile[types[k]]) continue;
         if ((e = getenv("SLUICE_KROWS_ALONE"))) kr_alone[k] = atoi(e);
-        if ((e = getenv("SLUICE_KROWS_TAIL"))) kr_tail[k] = atoi(e);
+        if ((e = getenv("SLUICE_KROWS_TAIL"))) kr_tail_alone[k] = kr_tail_paired[k] = atoi(e);
+        if ((e = getenv("SLUICE_KROWS_TAIL_PAIRED"))) kr_tail_paired[k] = atoi(e);
         if ((e = getenv("SLUICE_KROWS_MIN"))) mix[k]->min_toks = atoi(e);
         kr_lanes[k] = ks->tile[types[k]];
         ks->tile[types[k]] = mix[k];
