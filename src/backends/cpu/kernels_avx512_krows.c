@@ -251,12 +251,7 @@ static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t
     static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
     for (int r0 = 0; r0 < rows; r0 += ROWS8) {
         const rows8 g = rows8_at(w, w_stride, rows, r0);
-        int32_t off[16];
-        for (int i = 0; i < 16; i++) { /* dword i: row (i / 8) * 4 + i % 4, super-block b + (i / 4) % 2 */
-            const int r = (i / 8) * 4 + i % 4, rr = r < g.nr ? r : g.nr - 1;
-            off[i] = (int32_t)((size_t)rr * w_stride + (size_t)((i / 4) % 2) * (size_t)bytes + (size_t)d_off);
-        }
-        const __m512i offs = _mm512_loadu_si512((const void *)off);
+        const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bytes, (size_t)d_off);
         for (int t0 = 0; t0 < toks; t0 += KR_TOKS) {
             const int tn = toks - t0 < KR_TOKS ? toks - t0 : KR_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;

@@ -30,6 +30,18 @@ static inline rows8 rows8_at(const void *w, size_t w_stride, int rows, int r0) {
     return g;
 }
 
+/* Byte offsets, from the group's first row, of what rows8_reduce's lanes hold: dword i is row
+ * (i / 8) * 4 + i % 4 (a padding row reads the last real row) and block b + (i / 4) % 2 of
+ * block_bytes bytes, plus `at` (the field a gather fetches). */
+static inline __m512i rows8_pair_offsets(const rows8 *g, size_t w_stride, size_t block_bytes, size_t at) {
+    int32_t off[16];
+    for (int i = 0; i < 16; i++) {
+        const int r = (i / 8) * 4 + i % 4, rr = r < g->nr ? r : g->nr - 1;
+        off[i] = (int32_t)((size_t)rr * w_stride + (size_t)((i / 4) % 2) * block_bytes + at);
+    }
+    return _mm512_loadu_si512((const void *)off);
+}
+
 /* One token's 64 activation bytes against the group's eight rows of 64 weight bytes:
  * s[r] = vpdpbusd(0, w[r], a) (16 dword sums of 4 products each, for the group's tree). */
 static inline __attribute__((always_inline)) void rows8_dpbusd(const __m512i w[ROWS8], const uint8_t *a,
