@@ -5,7 +5,8 @@
 #
 # Environment: LLAMA_BENCH (llama-bench binary; default: llama-bench on PATH; built outside the
 # repository, never committed; on AMX-capable hosts use a build without AMX), SLUICE (sluice binary; default build/sluice),
-# BENCH_KERNELS (default: next to SLUICE) to measure the memory read bandwidth for the roofline.
+# BENCH_KERNELS (default: next to SLUICE) to measure the memory read bandwidth for the roofline,
+# SLUICE_ARGS (extra flags for sluice bench, e.g. --mlock), LLAMA_ARGS (extra flags for llama-bench).
 #
 # Prints (and with -o writes) a markdown report: machine facts and load before/after, the exact
 # commands, raw CSV of both tools, and a table of tokens/s with sluice/llama.cpp ratios. Decode
@@ -47,8 +48,8 @@ if [ -x "$BENCH_KERNELS" ]; then
 fi
 
 LOAD0=$(load)
-SL_CMD=("$SLUICE" bench -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" --csv)
-LB_CMD=("$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" -o csv)
+SL_CMD=("$SLUICE" bench -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" --csv ${SLUICE_ARGS:-})
+LB_CMD=("$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" -o csv ${LLAMA_ARGS:-})
 "${SL_CMD[@]}" > "$TMP/sluice.csv" 2> "$TMP/sluice.err"
 LOAD1=$(load)
 "${LB_CMD[@]}" > "$TMP/llama.csv" 2> "$TMP/llama.err"

@@ -64,6 +64,8 @@ typedef struct sluice_model_params {
                             * every weight is resident for the CPU and that still fits, else 512 */
     bool plan_only;        /* compute the plan, allocate nothing (for --plan) */
     bool no_watchdog;      /* do not watch swap/pressure (the watchdog stops work cleanly) */
+    bool mlock;            /* lock a resident model's pages in RAM (mlock), so that the page
+                            * cache never evicts them; the load fails when that is refused */
     /* ---- GPU (CUDA builds; sessions of such a model run on the device) ---- */
     sluice_backend backend;
     uint64_t gpu_budget;   /* device memory the model may use; 0: the free memory */

@@ -13,6 +13,7 @@ int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
         {"--json", NULL, OPT_FLAG, &po->json, NULL, "with --plan: print the plan as JSON"},
         {"--resident", NULL, OPT_FLAG, &po->resident, NULL, "keep every expert in memory (refused if it does not fit)"},
         {"--stream", NULL, OPT_FLAG, &po->stream, NULL, "stream routed experts from storage through the expert cache"},
+        {"--mlock", NULL, OPT_FLAG, &po->mlock, NULL, "lock a resident model's pages in RAM (mlock), so that the page cache never evicts them; the load fails if the memory-lock limit (ulimit -l) refuses"},
         {"--cache", NULL, OPT_STR, &po->cache, "SIZE|Nx", "expert cache size: bytes with a unit (6G) or N experts (500x); implies --stream"},
         {"--mem-budget", NULL, OPT_SIZE, &po->mem_budget, "SIZE", "memory the process may use (default: measured from the cgroup and MemAvailable)"},
         {"--io", NULL, OPT_STR, &po->io, "direct|page", "expert reads with direct I/O (default) or through the page cache"},
@@ -77,6 +78,7 @@ bool cli_plan_params(const char *cmd, const cli_plan_opts *po, sluice_model_para
     mp->io_depth = po->io_depth;
     mp->no_prefetch = po->no_prefetch;
     mp->verify_reads = po->verify_reads;
+    mp->mlock = po->mlock;
     if (po->backend && strcmp(po->backend, "cpu") != 0 && strcmp(po->backend, "cuda") != 0) {
         fprintf(stderr, "sluice %s: --backend must be cpu or cuda\n", cmd);
         return false;

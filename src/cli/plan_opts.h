@@ -12,7 +12,7 @@
 #include "sluice.h"
 
 typedef struct cli_plan_opts {
-    bool plan, json, resident, stream, no_prefetch, verify_reads;
+    bool plan, json, resident, stream, no_prefetch, verify_reads, mlock;
     const char *cache;   /* "6G" or "500x" */
     uint64_t mem_budget;
     const char *io;      /* "direct" or "page" */

@@ -2,7 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "engine/error.h"
 #include "engine/model_gpu.h"
@@ -192,6 +194,48 @@ static void populate_resident_mapping(const sluice_model *m) {
     madvise((void *)g->base, g->size, MADV_WILLNEED); /* older kernels: start the reads at least */
 }
 
+/* bytes as KiB, MiB or GiB */
+static void byte_size(char *out, size_t cap, uint64_t b) {
+    if (b >= (1ull << 30)) snprintf(out, cap, "%.2f GiB", (double)b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(out, cap, "%.1f MiB", (double)b / 1048576.0);
+    else snprintf(out, cap, "%.0f KiB", (double)b / 1024.0);
+}
+
+/* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when
+ * other files are read, and the run reads them back from disk (a 21.2 GB model on a 23 GB host
+ * refaulted pages for minutes after any other large file). Only for a model the CPU computes
+ * from its mapping: a streamed model reads its experts into its own cache, a GPU model copies
+ * the file to the device. */
+static int lock_resident_mapping(const sluice_model *m, const char *label) {
+    const gguf_file *g = m->gguf;
+    if (m->plan.gpu) {
+        sluice_set_error("%s: --mlock keeps the CPU's copy of a resident model; this model runs on the GPU", label);
+        return -1;
+    }
+    if (m->experts && m->experts->streaming) {
+        sluice_set_error("%s: --mlock needs a resident model, but the plan streams its experts "
+                         "(add --resident, or drop --mlock)", label);
+        return -1;
+    }
+    if (!g->mapped || !g->size) {
+        sluice_set_error("%s: --mlock: the model is not memory-mapped", label);
+        return -1;
+    }
+    if (mlock(g->base, g->size) == 0) return 0;
+    const int e = errno;
+    struct rlimit rl;
+    char lim[32] = "unknown", size[32];
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+        else byte_size(lim, sizeof lim, (uint64_t)rl.rlim_cur);
+    }
+    byte_size(size, sizeof size, (uint64_t)g->size);
+    sluice_set_error("%s: --mlock: locking %s in RAM failed: %s (memory-lock limit %s; raise it with "
+                     "ulimit -l, or run without --mlock)",
+                     label, size, strerror(e), lim);
+    return -1;
+}
+
 static sluice_model *load_from(gguf_file *g, const char *label, const char *path,
                                const sluice_model_params *params) {
     char err[512] = "";
@@ -240,6 +284,7 @@ static sluice_model *load_from(gguf_file *g, const char *label, const char *path
     if (plan_and_bind(m, label) != 0) goto fail;
     if (m->experts && m->experts->streaming) advise_stream_mapping(m);
     else if (!m->params.plan_only && !m->plan.gpu) populate_resident_mapping(m);
+    if (m->params.mlock && !m->params.plan_only && lock_resident_mapping(m, label) != 0) goto fail;
     if (!m->params.plan_only && !m->params.no_watchdog) {
         watchdog_start(NULL);
         m->watching = true;

@@ -191,6 +191,31 @@ static void test_watchdog(void) {
     sluice_model_free(m);
 }
 
+/* --mlock: a resident model's pages locked (or, where the memory-lock limit refuses, a clean
+ * error naming it); refused for a streamed model. */
+static void test_mlock(void) {
+    char path[1024];
+    if (!fixture_path("models", "qwen3moe-tiny-Q4_K_M.gguf", path, sizeof path)) return;
+    sluice_model_params mp = {.mlock = true, .mode = SLUICE_MODE_RESIDENT};
+    sluice_model *m = sluice_model_load(path, &mp);
+    if (m) {
+        sluice_session_params sp = {.n_ctx = 16};
+        sluice_session *s = sluice_session_new(m, &sp);
+        int32_t ids[2] = {1, 2};
+        CHECK(s && sluice_session_eval(s, ids, 2, NULL) == 0);
+        sluice_session_free(s);
+        sluice_model_free(m);
+    } else {
+        CHECKF(strstr(sluice_last_error(), "--mlock: locking") && strstr(sluice_last_error(), "ulimit -l"), "%s",
+               sluice_last_error());
+    }
+    mp.mode = SLUICE_MODE_STREAM;
+    m = sluice_model_load(path, &mp);
+    CHECK(m == NULL);
+    if (m) sluice_model_free(m);
+    CHECKF(strstr(sluice_last_error(), "--mlock needs a resident model") != NULL, "%s", sluice_last_error());
+}
+
 /* The watchdog's stall share: the PSI "full" counter's growth over the last 10 s of samples,
  * nothing before the first sample (a model's load) counted. */
 static void test_psi_window(void) {
@@ -344,5 +369,6 @@ int main(void) {
     test_probe();
     test_watchdog();
     test_psi_window();
+    test_mlock();
     CHECK_DONE();
 }
