@@ -364,7 +364,7 @@ void kernels_register_avx512_krows(kernel_set *ks) {
     const uint32_t types[3] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     kernel_tile *mix[3] = {&tile_q4_k_mix, &tile_q5_k_mix, &tile_q6_k_mix};
     for (int k = 0; k < 3; k++) {
-        if (!ks->tile[types[k]]) continue;
+        if (!ks->tile[types[k]] || ks->tile[types[k]] == mix[k]) continue; /* none, or wrapped already */
         if ((e = getenv("SLUICE_KROWS_ALONE"))) kr_alone[k] = atoi(e);
         if ((e = getenv("SLUICE_KROWS_TAIL"))) kr_tail_alone[k] = kr_tail_paired[k] = atoi(e);
         if ((e = getenv("SLUICE_KROWS_TAIL_PAIRED"))) kr_tail_paired[k] = atoi(e);
