@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/model_gpu.h"
 #include "models/model.h"
+#include "runtime/bytes.h"
 #include "runtime/ngram_table.h"
 #include "runtime/watchdog.h"
 
@@ -194,13 +195,6 @@ static void populate_resident_mapping(const sluice_model *m) {
     madvise((void *)g->base, g->size, MADV_WILLNEED); /* older kernels: start the reads at least */
 }
 
-/* bytes as KiB, MiB or GiB */
-static void byte_size(char *out, size_t cap, uint64_t b) {
-    if (b >= (1ull << 30)) snprintf(out, cap, "%.2f GiB", (double)b / 1073741824.0);
-    else if (b >= (1ull << 20)) snprintf(out, cap, "%.1f MiB", (double)b / 1048576.0);
-    else snprintf(out, cap, "%.0f KiB", (double)b / 1024.0);
-}
-
 /* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when
  * other files are read, and the run reads them back from disk (a 21.2 GB model on a 23 GB host
  * refaulted pages for minutes after any other large file). Only for a model the CPU computes
@@ -227,9 +221,9 @@ static int lock_resident_mapping(const sluice_model *m, const char *label) {
     char lim[32] = "unknown", size[32];
     if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
         if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
-        else byte_size(lim, sizeof lim, (uint64_t)rl.rlim_cur);
+        else bytes_str((uint64_t)rl.rlim_cur, lim, sizeof lim);
     }
-    byte_size(size, sizeof size, (uint64_t)g->size);
+    bytes_str((uint64_t)g->size, size, sizeof size);
     sluice_set_error("%s: --mlock: locking %s in RAM failed: %s (memory-lock limit %s; raise it with "
                      "ulimit -l, or run without --mlock)",
                      label, size, strerror(e), lim);

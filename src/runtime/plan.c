@@ -1,5 +1,6 @@
 /* The planner (pure) and its formatting. See plan.h. */
 #include "runtime/plan.h"
+#include "runtime/bytes.h"
 
 #include "runtime/ngram_table.h"
 
@@ -24,7 +25,6 @@ const char *plan_reason_name(plan_reason r) {
     return "?";
 }
 
-static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 static void say(plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(plan *p, const char *fmt, ...) {
@@ -34,12 +34,8 @@ static void say(plan *p, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "21.03 GiB" or "143.4 MiB" */
-static const char *size_str(uint64_t b, char *buf) {
-    if (b >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", gib(b));
-    else snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
-    return buf;
-}
+/* "21.03 GiB" or "143.4 MiB" (buf: 32 bytes) */
+static const char *size_str(uint64_t b, char *buf) { return bytes_str(b, buf, 32); }
 
 static uint64_t machine_budget(const plan_machine_facts *mc, const char **source) {
     uint64_t b = mc->mem_available;

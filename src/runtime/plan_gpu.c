@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/bytes.h"
 #include "runtime/plan.h"
 
 #define GPU_MIN_RESERVE (512ull << 20)
@@ -30,11 +31,7 @@ static void say(plan *p, const char *fmt, ...) {
     va_end(ap);
 }
 
-static const char *sz(uint64_t b, char *buf) {
-    if (b >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
-    else snprintf(buf, 32, "%.1f MiB", (double)b / (1024.0 * 1024.0));
-    return buf;
-}
+static const char *sz(uint64_t b, char *buf) { return bytes_str(b, buf, 32); } /* buf: 32 bytes */
 
 const char *plan_gpu_reason_name(int r) {
     switch (r) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/bytes.h"
 #include "tools/bench.h"
 #include "tools/digest.h"
 #include "tools/machine.h"
@@ -22,18 +23,12 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-static void human_bytes(uint64_t b, char *out, size_t cap) {
-    const double x = (double)b;
-    if (x >= 1073741824.0) snprintf(out, cap, "%.2f GiB", x / 1073741824.0);
-    else snprintf(out, cap, "%.1f MiB", x / 1048576.0);
-}
-
 void bench_print_markdown(FILE *out, const sluice_model *m, const bench_params *bp,
                           const bench_result *res) {
     sluice_model_info info;
     sluice_model_get_info(m, &info);
     char size[32], rss[32];
-    human_bytes(res->model_bytes, size, sizeof size);
+    bytes_str(res->model_bytes, size, sizeof size);
     fprintf(out, "| model | size | threads | test | prefill t/s | TTFT ms | decode t/s | "
                  "TPOT p50/p95/p99 ms | peak RSS | expert hit/miss | logits sha256 |\n");
     fprintf(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
@@ -63,7 +58,7 @@ void bench_print_markdown(FILE *out, const sluice_model *m, const bench_params *
         mean_sd(pf, nn, &m1, &s1);
         mean_sd(dc, nn, &m2, &s2);
         mean_sd(tt, nn, &m3, &s3);
-        human_bytes(peak, rss, sizeof rss);
+        bytes_str(peak, rss, sizeof rss);
         fprintf(out, "| %s | %s | %d | p%d+n%d | %.2f ± %.2f | %.1f ± %.1f | %.2f ± %.2f | "
                      "%.2f/%.2f/%.2f | %s | %llu/%llu | %.12s%s |\n",
                 info.name, size, bp->n_threads, res->runs[i].n_prompt, res->runs[i].n_gen, m1, s1,
