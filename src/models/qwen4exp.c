@@ -155,6 +155,7 @@ static int qwen4exp_load(sluice_model *m, char *err, size_t n) {
  * m->plan.ngram_resident and the cache size). */
 static int qwen4exp_bind(sluice_model *m, char *err, size_t n) {
     const q4x_model *q = q4x_of(m);
+    if (!mtp_draft_head_bind(m, err, n)) return -1;
     if (q->ple_layer < 0) return 0;
     const uint64_t rows = (uint64_t)q->table.ne[1], rb = q->table.row_bytes;
     if (m->plan.ngram_resident || !m->path) {
@@ -171,6 +172,7 @@ static int qwen4exp_bind(sluice_model *m, char *err, size_t n) {
 }
 
 static void qwen4exp_unload(sluice_model *m) {
+    mtp_draft_head_free(m);
     ngram_table_free(m->ngram);
     m->ngram = NULL;
 }
@@ -536,8 +538,10 @@ static void q4x_plan_facts(const sluice_model *m, plan_model_facts *f) {
         f->ngram_row_bytes = q->table.row_bytes;
         f->ngram_rows_per_token = q->ple_n_heads;
     }
-    if (q->mtp) /* its trunk residual rows, its own residual, eh_proj's inputs */
+    if (q->mtp) { /* its trunk residual rows, its own residual, eh_proj's inputs */
         extra += 4 * (2 * W + 2 * W);
+        f->scratch_fixed += mtp_draft_head_bytes(m); /* the drafts' 2-bit head */
+    }
     f->scratch_per_token += extra;
     /* the MTP block's experts are acquired only with speculative decoding: then they count in
      * the cache's floor and target like a trunk layer's, else not at all */

@@ -57,6 +57,9 @@ typedef struct q4x_model {
     bool mtp;
     tview mtp_enorm, mtp_hnorm, mtp_eh_proj;
     q4x_hc mtp_head;   /* its own output mixer */
+    /* the drafts' shortlisting head: the output head as Q2_0 (qwen4exp_mtp.c mtp_draft_head_bind);
+     * data NULL where drafts read the full head */
+    tview mtp_draft_head;
 } q4x_model;
 
 /* Called for every token of a QSA layer with the positions it attends to (NULL, -1: dense). */
@@ -104,6 +107,7 @@ typedef struct q4x_state {
     float *mtp_chain;    /* a draft's exported residual, the next draft's input [hc * n_embd] */
     float *mtp_cat;      /* [n_batch * hc][2 * n_embd] eh_proj inputs */
     float *mtp_logits;   /* host [n_vocab] */
+    uint8_t *mtp_rows;   /* host: a draft's shortlisted rows of the output head */
     /* per-token checkpoints of the recurrent state of one forward pass (spec_begin) */
     int ck_cap, ck_n;    /* tokens they can hold; tokens of the pass being checkpointed (0: off) */
     float *ck_ple;       /* [ck_cap][ple_hist_len] */
@@ -125,6 +129,11 @@ static inline q4x_state *q4x_state_of(const model_state *st) { return (q4x_state
 /* ---- qwen4exp_mtp.c ---- */
 /* Bind the MTP block (m->layers and q->layers have n_layer + 1 entries). false with err. */
 bool mtp_load(sluice_model *m, char *err, size_t n);
+/* The drafts' shortlisting head: its bytes (0: drafts read the full head), counted by the plan,
+ * and its making after the plan (false: out of memory, err set). */
+uint64_t mtp_draft_head_bytes(const sluice_model *m);
+bool mtp_draft_head_bind(sluice_model *m, char *err, size_t n);
+void mtp_draft_head_free(sluice_model *m);
 /* Session memory of the MTP and of the checkpoints, in bytes (0 without MTP). */
 uint64_t mtp_state_bytes(const sluice_model *m, int n_ctx);
 bool mtp_state_alloc(const sluice_model *m, model_state *st);

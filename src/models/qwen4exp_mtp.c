@@ -27,12 +27,17 @@
  * copies their state after every token, so spec_keep can return to the state after any prefix
  * exactly. Attention caches need nothing: positions past the kept ones are never read and are
  * overwritten (QSA block keys are re-pooled from the batch's first block). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/error.h"
+#include "formats/quant.h"
 #include "models/qwen4exp.h"
+
+#define MTP_SHORTLIST 64 /* a draft's rows computed exactly (the drafts' head, below) */
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -108,6 +113,7 @@ bool mtp_state_alloc(const sluice_model *m, model_state *st) {
     xs->mtp_chain = state_alloc(be, W * F);
     xs->mtp_cat = state_alloc(be, B * (size_t)q->hc * 2 * E * F);
     xs->mtp_logits = malloc((size_t)hp->n_vocab * F);
+    if (q->mtp_draft_head.data && !(xs->mtp_rows = malloc(MTP_SHORTLIST * m->output.row_bytes))) return false;
     xs->ck_tokens = malloc(C * sizeof(int32_t));
     xs->ck_cap = (int)C;
     H->ck_conv = state_alloc(be, C * (size_t)H->n_rec * H->conv_len * F + F);
@@ -129,6 +135,7 @@ void mtp_state_free(model_state *st) {
         float *bufs[] = {xs->mtp_h, xs->mtp_x, xs->mtp_chain, xs->mtp_cat, xs->ck_ple};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) state_release(be, bufs[i]);
         free(xs->mtp_logits);
+        free(xs->mtp_rows);
         free(xs->ck_tokens);
     }
     if (H) {
@@ -139,8 +146,12 @@ void mtp_state_free(model_state *st) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float *h,
-                const int32_t *next, int n, int pos0, float *logits) {
+/* How far mtp_block goes: the KV rows (following), the logits, or the head's input in st->cur
+ * (a draft: mtp_draft_argmax takes it from there). */
+enum mtp_upto { MTP_KV, MTP_LOGITS, MTP_HEAD_INPUT };
+
+static int mtp_block(const sluice_model *m, model_state *st, backend *be, const float *h,
+                     const int32_t *next, int n, int pos0, enum mtp_upto upto, float *logits) {
     const hparams *hp = &m->hp;
     const q4x_model *q = q4x_of(m);
     q4x_state *xs = q4x_state_of(st);
@@ -164,7 +175,7 @@ int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float
     be_matmul(be, &q->mtp_eh_proj, xs->mtp_cat, n * hc, xs->mtp_x);
     /* the trunk-shaped layer */
     hc_read(m, st, be, &X->attn, xs->mtp_x, n, st->cur);
-    if (!logits) { /* following: the KV rows are all later positions read of this pass */
+    if (upto == MTP_KV) { /* following: the KV rows are all later positions read of this pass */
         qsa_attention(m, st, be, L, n, pos0, true);
         st->route_fn = route;
         return 0;
@@ -177,8 +188,13 @@ int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float
     if (rc != 0) return -1;
     be_hc_combine(be, xs->mtp_x, st->tmp, xs->inject, n, hc, E);
     hc_read(m, st, be, &q->mtp_head, xs->mtp_x, n, st->cur);
-    be_matmul(be, &m->output, st->cur, n, logits); /* host backends only (mtp_draft checks) */
+    if (upto == MTP_LOGITS) be_matmul(be, &m->output, st->cur, n, logits); /* host backends only */
     return 0;
+}
+
+int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float *h,
+                const int32_t *next, int n, int pos0, float *logits) {
+    return mtp_block(m, st, be, h, next, n, pos0, logits ? MTP_LOGITS : MTP_KV, logits);
 }
 
 int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens, int n,
@@ -193,6 +209,149 @@ int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_
     /* positions pos0 - 1 .. pos0 + n - 2, each with its next token */
     if (pos0 > 0) return mtp_forward(m, st, be, xs->mtp_h, tokens, n, pos0 - 1, NULL);
     return n > 1 ? mtp_forward(m, st, be, xs->mtp_h + W, tokens + 1, n - 1, 0, NULL) : 0;
+}
+
+/* ---- the drafts' head ---------------------------------------------------------------------
+ * A draft needs the argmax of the block's logits only, and a wrong one costs a rejected draft,
+ * never a wrong token (the verification decides). The shared output head is a draft's largest
+ * read: at the 8-layer preset 521 MB of Q6_K, ~9.6 ms of a ~12 ms draft on two cores. So drafts
+ * first score every row with a 2-bit copy of the head (Q2_0 without the scale search, made once
+ * after the plan: 180 MB there), keep the MTP_SHORTLIST best, compute those rows exactly (the
+ * head's own rows through the same kernel, so the same bits as the full product's) and take
+ * their argmax, ties to the lower id as sluice_argmax. The draft equals the full head's
+ * whenever that argmax is in the shortlist (test_qwen4exp_mtp compares them). Made only where
+ * it pays: a head of more than 3 bits a value whose rows are whole Q2_0 blocks.
+ * SLUICE_MTP_DRAFT_HEAD=full: drafts read the full head (measurement). */
+static bool draft_head_wanted(const sluice_model *m) {
+    const tview *o = &m->output;
+    const char *e = getenv("SLUICE_MTP_DRAFT_HEAD");
+    if (e && !strcmp(e, "full")) return false;
+    if (!q4x_of(m)->mtp || !o->data || o->ne[0] % 64 != 0 || o->ne[1] <= MTP_SHORTLIST) return false;
+    const quant_traits *qt = quant_traits_of(o->type);
+    return qt && qt->dequantize && 8.0 * (double)o->row_bytes / (double)o->ne[0] > 3.0;
+}
+
+uint64_t mtp_draft_head_bytes(const sluice_model *m) {
+    if (!draft_head_wanted(m)) return 0;
+    return (uint64_t)m->output.ne[1] * (uint64_t)(m->output.ne[0] / 64) * 18;
+}
+
+typedef struct draft_head_job {
+    const tview *o;
+    uint8_t *dst;
+    size_t rb;
+    int64_t r0, r1;
+    bool ok;
+} draft_head_job;
+
+/* Rows [r0, r1) of the head: dequantized, then Q2_0 without the scale search. Every row on its
+ * own: the copy does not depend on how the rows are split. */
+static void *draft_head_rows(void *arg) {
+    draft_head_job *j = arg;
+    const int64_t E = j->o->ne[0];
+    float *row = malloc((size_t)E * sizeof(float));
+    if (!(j->ok = row != NULL)) return NULL;
+    const quant_dequantize_fn deq = quant_traits_of(j->o->type)->dequantize;
+    for (int64_t r = j->r0; r < j->r1; r++) {
+        deq((const uint8_t *)j->o->data + (size_t)r * j->o->row_bytes, row, E);
+        quant_quantize_q2_0_fast(row, j->dst + (size_t)r * j->rb, E);
+    }
+    free(row);
+    return NULL;
+}
+
+bool mtp_draft_head_bind(sluice_model *m, char *err, size_t n) {
+    q4x_model *q = q4x_of(m);
+    const tview *o = &m->output;
+    const uint64_t bytes = mtp_draft_head_bytes(m);
+    if (!bytes || q->mtp_draft_head.data) return true;
+    const int64_t E = o->ne[0], V = o->ne[1];
+    const size_t rb = (size_t)(E / 64) * 18;
+    uint8_t *d = malloc((size_t)bytes);
+    if (!d) {
+        snprintf(err, n, "out of memory for the MTP draft head (%.1f MiB)", (double)bytes / 1048576.0);
+        return false;
+    }
+    /* ~2 s of one core for the 8-layer preset's 248,320 x 2,560 head: spread over the cores */
+    enum { MAX_THREADS = 16 };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    draft_head_job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false}, ok = true;
+    for (int t = 0; t < nth; t++) {
+        jobs[t] = (draft_head_job){.o = o, .dst = d, .rb = rb, .r0 = V * t / nth, .r1 = V * (t + 1) / nth};
+        started[t] = t > 0 && pthread_create(&th[t], NULL, draft_head_rows, &jobs[t]) == 0;
+    }
+    for (int t = 0; t < nth; t++)
+        if (!started[t]) draft_head_rows(&jobs[t]); /* the caller's share, and any not started */
+    for (int t = 0; t < nth; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        ok = ok && jobs[t].ok;
+    }
+    if (!ok) {
+        free(d);
+        snprintf(err, n, "out of memory making the MTP draft head");
+        return false;
+    }
+    q->mtp_draft_head = (tview){.type = GGML_TYPE_Q2_0, .ne = {E, V, 1, 1}, .row_bytes = rb,
+                                .mat_bytes = rb * (size_t)V, .data = d, .name = "mtp draft head"};
+    return true;
+}
+
+void mtp_draft_head_free(sluice_model *m) {
+    q4x_model *q = q4x_of(m);
+    if (!q) return;
+    free((void *)q->mtp_draft_head.data);
+    q->mtp_draft_head.data = NULL;
+}
+
+/* The draft token from the head input x (host [n_embd]). */
+static int32_t mtp_draft_argmax(const sluice_model *m, model_state *st, backend *be, const float *x) {
+    const q4x_model *q = q4x_of(m);
+    q4x_state *xs = q4x_state_of(st);
+    const int V = m->hp.n_vocab;
+    if (!q->mtp_draft_head.data || !xs->mtp_rows) {
+        be_matmul(be, &m->output, x, 1, xs->mtp_logits);
+        return sluice_argmax(xs->mtp_logits, V);
+    }
+    be_matmul(be, &q->mtp_draft_head, x, 1, xs->mtp_logits);
+    /* the MTP_SHORTLIST best approximate scores (any order; NaN never enters) */
+    int32_t id[MTP_SHORTLIST];
+    float sc[MTP_SHORTLIST];
+    int k = 0, lo = 0;
+    for (int32_t v = 0; v < V; v++) {
+        const float s = xs->mtp_logits[v];
+        if (k < MTP_SHORTLIST) {
+            if (!(s == s)) continue;
+            id[k] = v;
+            sc[k++] = s;
+            if (k == MTP_SHORTLIST)
+                for (int i = 1; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
+        } else if (s > sc[lo]) {
+            id[lo] = v;
+            sc[lo] = s;
+            for (int i = 0; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
+        }
+    }
+    /* in id order (the tie rule), their exact rows side by side, one product */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && id[j - 1] > id[j]; j--) {
+            const int32_t t = id[j];
+            id[j] = id[j - 1];
+            id[j - 1] = t;
+        }
+    const tview *o = &m->output;
+    for (int i = 0; i < k; i++)
+        memcpy(xs->mtp_rows + (size_t)i * o->row_bytes, (const uint8_t *)o->data + (size_t)id[i] * o->row_bytes,
+               o->row_bytes);
+    const tview rows = {.type = o->type, .ne = {o->ne[0], k, 1, 1}, .row_bytes = o->row_bytes,
+                        .mat_bytes = o->row_bytes * (size_t)k, .data = xs->mtp_rows, .name = o->name};
+    be_matmul(be, &rows, x, 1, sc);
+    int best = 0;
+    for (int i = 1; i < k; i++)
+        if (sc[i] > sc[best]) best = i;
+    return k > 0 ? id[best] : 0;
 }
 
 int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
@@ -215,8 +374,8 @@ int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next,
     const float *h = xs->mtp_h + (size_t)xs->mtp_pend * W; /* the trunk at pos - 1 */
     int32_t tok = next;
     for (int j = 0; j < n_draft; j++) {
-        if (mtp_forward(m, st, be, h, &tok, 1, pos - 1 + j, xs->mtp_logits) != 0) return -1;
-        drafts[j] = tok = sluice_argmax(xs->mtp_logits, m->hp.n_vocab);
+        if (mtp_block(m, st, be, h, &tok, 1, pos - 1 + j, MTP_HEAD_INPUT, NULL) != 0) return -1;
+        drafts[j] = tok = mtp_draft_argmax(m, st, be, st->cur);
         if (j + 1 < n_draft) { /* the block's own residual is the next draft's hidden */
             be_copy_rows(be, xs->mtp_chain, W, xs->mtp_x, W, 1, (int)W);
             h = xs->mtp_chain;

@@ -1038,6 +1038,44 @@ static const struct {
     {GGML_TYPE_Q2_0, 0x43e903b0u, 0xbee20cd744b9a11full}, /* 466.028809 (= ggml generic) */
 };
 
+/* Q2_0 without the scale search (the MTP draft head): the block's value of largest magnitude,
+ * of either sign, comes back exactly (code 2 at half of it, a power-of-two-scaled f16), every
+ * value within one step and a half of the scale (the codes stop at -1), the bytes as the
+ * reference dequantizer reads them; and its error is near the searching quantizer's. */
+static void test_q2_0_fast(void) {
+    enum { N = 64 * 256 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N), *z = malloc(sizeof(float) * N);
+    uint8_t *b = malloc(18 * (N / 64)), *c = malloc(18 * (N / 64));
+    if (!x || !y || !z || !b || !c) {
+        CHECKF(0, "out of memory");
+        return;
+    }
+    uint32_t r = 99;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * 3.0f;
+    }
+    x[5] = -8.0f;   /* block 0: its extreme negative */
+    x[64 + 7] = 4.0f; /* block 1: positive */
+    quant_quantize_q2_0_fast(x, b, N);
+    quant_dequantize_q2_0(b, y, N);
+    quant_quantize_q2_0(x, c, N);
+    quant_dequantize_q2_0(c, z, N);
+    CHECK(y[5] == -8.0f && y[64 + 7] == 4.0f);
+    double e_fast = 0, e_search = 0;
+    int far = 0;
+    for (int i = 0; i < N; i++) {
+        const float d = (float)fabs(ref_f16(rd16(b + 18 * (i / 64))));
+        if (fabsf(x[i] - y[i]) > 1.5f * d + 1e-6f) far++;
+        e_fast += (double)(x[i] - y[i]) * (x[i] - y[i]);
+        e_search += (double)(x[i] - z[i]) * (x[i] - z[i]);
+    }
+    CHECKF(far == 0, "%d values further than 1.5 steps", far);
+    CHECKF(e_fast < 3.0 * e_search, "squared error %.3g against the search's %.3g", e_fast, e_search);
+    printf("Q2_0 without the scale search: squared error %.3g, with it %.3g\n", e_fast, e_search);
+    free(x), free(y), free(z), free(b), free(c);
+}
+
 static void test_golden(void) {
     static uint8_t w[GOLDEN_N * 4], a[GOLDEN_N * 4];
     CHECK(sizeof golden / sizeof golden[0] == N_CODEC_TYPES);
@@ -1062,6 +1100,7 @@ int main(void) {
     test_q8_0_q8_1();
     test_q8_k();
     test_weight_roundtrip();
+    test_q2_0_fast();
     test_golden();
     if (!check_failures) printf("test_quant: all checks passed\n");
     CHECK_DONE();

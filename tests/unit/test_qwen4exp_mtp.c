@@ -310,13 +310,19 @@ static void test_follow(void) {
     if (s && s2 && h && draft && full) {
         const int32_t g = argmax(sluice_session_logits(s), V);
         CHECK(mtp_draft(m, st, session_backend(s), g, P, 1, &d) == 0);
-        memcpy(draft, q4x_state_of(st)->mtp_logits, sizeof(float) * (size_t)V);
+        /* the draft's logits: the full head over the draft's head input, which st->cur still
+         * holds (the draft itself shortlists through the 2-bit draft head, then computes only
+         * the shortlist's rows exactly) */
+        CHECKF(q4x_of(m)->mtp_draft_head.data != NULL, "the tiny model's drafts use no draft head");
+        be_matmul(session_backend(s), &m->output, st->cur, 1, draft);
         for (int i = 0; i + 1 < P; i++) next[i] = tok[i + 1];
         next[P - 1] = g;
         CHECK(mtp_forward(m, session_model_state(s2), session_backend(s2), h, next, P, 0, full) == 0);
         const bool same = memcmp(draft, full + (size_t)(P - 1) * V, sizeof(float) * (size_t)V) == 0;
         printf("MTP draft after following %d positions in chunks of %d: %s the full block's row\n",
                P, CH, same ? "equals" : "DIFFERS from");
+        /* the shortlisted draft is the full head's argmax */
+        printf("MTP draft through the draft head: %d, the full head's argmax %d\n", d, argmax(draft, V));
         CHECK(same && d == argmax(draft, V));
     }
     free(h), free(draft), free(full);
