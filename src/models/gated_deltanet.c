@@ -162,8 +162,9 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
         for (int t = 0; t < n; t++) {
             be_conv1d_silu(be, H->qkv + (size_t)t * CD, 1, CD, S->conv1d.data, hp->ssm_kernel,
                            conv_state, H->conv_out + (size_t)t * CD);
-            be_copy_rows(be, H->ck_conv + ((size_t)t * H->n_rec + slot) * H->conv_len,
-                         H->conv_len, conv_state, H->conv_len, 1, (int)H->conv_len);
+            if (t + 1 < n) /* after the last token the state itself is the checkpoint */
+                be_copy_rows(be, H->ck_conv + ((size_t)t * H->n_rec + slot) * H->conv_len,
+                             H->conv_len, conv_state, H->conv_len, 1, (int)H->conv_len);
         }
         gdn_split_norm(hp, be, H, n);
     }
@@ -181,8 +182,9 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
             be_gated_delta(be, H->lq + (size_t)t * KD, H->lk + (size_t)t * KD,
                            H->lv + (size_t)t * VD, H->alpha + (size_t)t * Hv,
                            H->beta + (size_t)t * Hv, ssm_state, &p, H->out + (size_t)t * VD);
-            be_copy_rows(be, H->ck_ssm + ((size_t)t * H->n_rec + slot) * H->ssm_len, H->ssm_len,
-                         ssm_state, H->ssm_len, 1, (int)H->ssm_len);
+            if (t + 1 < n) /* spec_keep of every token restores nothing */
+                be_copy_rows(be, H->ck_ssm + ((size_t)t * H->n_rec + slot) * H->ssm_len, H->ssm_len,
+                             ssm_state, H->ssm_len, 1, (int)H->ssm_len);
         }
     }
 

@@ -223,8 +223,9 @@ int ngram_forward(const sluice_model *m, model_state *st, backend *be, int n, in
             be->ops->conv1d_dilated_silu(be, normed + (size_t)t * W, 1, W, X->ple_conv,
                                          q->ple_kernel, q->ngram_size, xs->ple_hist,
                                          conv + (size_t)t * W);
-            be_copy_rows(be, xs->ck_ple + (size_t)t * xs->ple_hist_len, xs->ple_hist_len,
-                         xs->ple_hist, xs->ple_hist_len, 1, (int)xs->ple_hist_len);
+            if (t + 1 < n) /* after the last token the history itself is the checkpoint */
+                be_copy_rows(be, xs->ck_ple + (size_t)t * xs->ple_hist_len, xs->ple_hist_len,
+                             xs->ple_hist, xs->ple_hist_len, 1, (int)xs->ple_hist_len);
         }
     } else {
         be->ops->conv1d_dilated_silu(be, normed, n, W, X->ple_conv, q->ple_kernel,

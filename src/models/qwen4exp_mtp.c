@@ -24,7 +24,8 @@
  *
  * Checkpoints: a verification pass of n tokens (the chosen token and n - 1 drafts) runs the
  * recurrent parts (Gated DeltaNet conv and delta rule, the n-gram conv) token by token and
- * copies their state after every token, so spec_keep can return to the state after any prefix
+ * copies their state after every token but the last (whose state is the live one), so spec_keep
+ * can return to the state after any prefix
  * exactly. Attention caches need nothing: positions past the kept ones are never read and are
  * overwritten (QSA block keys are re-pooled from the batch's first block). */
 #include <pthread.h>
@@ -97,7 +98,8 @@ uint64_t mtp_state_bytes(const sluice_model *m, int n_ctx) {
     const hparams *hp = &m->hp;
     if (!q4x_of(m)->mtp) return 0;
     const uint64_t kv = (uint64_t)n_ctx * hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v);
-    return (kv + (uint64_t)ck_cap_of(m) * recurrent_floats(m)) * sizeof(float);
+    /* checkpoints after every token of a pass but its last */
+    return (kv + (uint64_t)(ck_cap_of(m) - 1) * recurrent_floats(m)) * sizeof(float);
 }
 
 bool mtp_state_alloc(const sluice_model *m, model_state *st) {
@@ -116,12 +118,12 @@ bool mtp_state_alloc(const sluice_model *m, model_state *st) {
     if (q->mtp_draft_head.data && !(xs->mtp_rows = malloc(MTP_SHORTLIST * m->output.row_bytes))) return false;
     xs->ck_tokens = malloc(C * sizeof(int32_t));
     xs->ck_cap = (int)C;
-    H->ck_conv = state_alloc(be, C * (size_t)H->n_rec * H->conv_len * F + F);
-    H->ck_ssm = state_alloc(be, C * (size_t)H->n_rec * H->ssm_len * F + F);
+    H->ck_conv = state_alloc(be, (C - 1) * (size_t)H->n_rec * H->conv_len * F + F);
+    H->ck_ssm = state_alloc(be, (C - 1) * (size_t)H->n_rec * H->ssm_len * F + F);
     bool ok = xs->mtp_h && xs->mtp_x && xs->mtp_chain && xs->mtp_cat && xs->mtp_logits &&
               xs->ck_tokens && H->ck_conv && H->ck_ssm;
     if (ok && xs->ple_hist) {
-        xs->ck_ple = state_alloc(be, C * xs->ple_hist_len * F + F);
+        xs->ck_ple = state_alloc(be, (C - 1) * xs->ple_hist_len * F + F);
         ok = xs->ck_ple != NULL;
     }
     return ok;
