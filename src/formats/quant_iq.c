@@ -377,26 +377,6 @@ void quant_dequantize_q2_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-void quant_quantize_q2_0_fast(const float *src, void *dst, int64_t n) {
-    uint8_t *b = dst;
-    for (int64_t blk = 0; blk < n / 64; blk++, b += 18, src += 64) {
-        float hi = 0.0f, lo = 0.0f; /* loops of plain min / max / multiply: they vectorize */
-        for (int j = 0; j < 64; j++) {
-            hi = src[j] > hi ? src[j] : hi;
-            lo = src[j] < lo ? src[j] : lo;
-        }
-        store_f16(b, 0.5f * (hi >= -lo ? hi : lo)); /* half the value of largest magnitude */
-        const float d = load_f16(b), inv = d != 0.0f ? 1.0f / d : 0.0f;
-        uint8_t c[64];
-        for (int j = 0; j < 64; j++) { /* x / d in [-2, 2] (about): round half up, then clamp */
-            const int q = (int)(src[j] * inv + 2.5f) - 2;
-            c[j] = (uint8_t)((q < -1 ? -1 : q > 2 ? 2 : q) + 1);
-        }
-        for (int j = 0; j < 16; j++)
-            b[2 + j] = (uint8_t)(c[4 * j] | c[4 * j + 1] << 2 | c[4 * j + 2] << 4 | c[4 * j + 3] << 6);
-    }
-}
-
 float quant_dot_q2_0(int64_t n, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
     float sumf = 0.0f;
@@ -762,5 +742,26 @@ void quant_quantize_q2_0(const float *src, void *dst, int64_t n) {
             int q = d != 0.0f ? clampi((int)lrintf(src[j] / d), -1, 2) : 0;
             b[2 + j / 4] |= (uint8_t)((q + 1) << (2 * (j % 4)));
         }
+    }
+}
+
+/* The same format without the scale search (quant.h). */
+void quant_quantize_q2_0_fast(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t blk = 0; blk < n / 64; blk++, b += 18, src += 64) {
+        float hi = 0.0f, lo = 0.0f; /* loops of plain min / max / multiply: they vectorize */
+        for (int j = 0; j < 64; j++) {
+            hi = src[j] > hi ? src[j] : hi;
+            lo = src[j] < lo ? src[j] : lo;
+        }
+        store_f16(b, 0.5f * (hi >= -lo ? hi : lo)); /* half the value of largest magnitude */
+        const float d = load_f16(b), inv = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t c[64];
+        for (int j = 0; j < 64; j++) { /* x / d in [-2, 2] (about): round half up, then clamp */
+            const int q = (int)(src[j] * inv + 2.5f) - 2;
+            c[j] = (uint8_t)((q < -1 ? -1 : q > 2 ? 2 : q) + 1);
+        }
+        for (int j = 0; j < 16; j++)
+            b[2 + j] = (uint8_t)(c[4 * j] | c[4 * j + 1] << 2 | c[4 * j + 2] << 4 | c[4 * j + 3] << 6);
     }
 }
