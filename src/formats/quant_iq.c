@@ -757,9 +757,11 @@ void quant_quantize_q2_0_fast(const float *src, void *dst, int64_t n) {
         store_f16(b, 0.5f * (hi >= -lo ? hi : lo)); /* half the value of largest magnitude */
         const float d = load_f16(b), inv = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t c[64];
-        for (int j = 0; j < 64; j++) { /* x / d in [-2, 2] (about): round half up, then clamp */
-            const int q = (int)(src[j] * inv + 2.5f) - 2;
-            c[j] = (uint8_t)((q < -1 ? -1 : q > 2 ? 2 : q) + 1);
+        for (int j = 0; j < 64; j++) { /* x / d clamped to [-1, 2] (NaN to -1), then rounded half up */
+            float t = src[j] * inv;
+            t = t > -1.0f ? t : -1.0f;
+            t = t < 2.0f ? t : 2.0f;
+            c[j] = (uint8_t)((int)(t + 2.5f) - 1);
         }
         for (int j = 0; j < 16; j++)
             b[2 + j] = (uint8_t)(c[4 * j] | c[4 * j + 1] << 2 | c[4 * j + 2] << 4 | c[4 * j + 3] << 6);
