@@ -56,6 +56,13 @@ typedef struct gdn_params {
     int chunk;
 } gdn_params;
 
+/* gdn_gates' operands, for a backend that fuses them into another op (gdn_conv_split). */
+typedef struct gdn_gate_args {
+    float *beta, *alpha;
+    const float *dt_bias, *a;
+    int n_head;
+} gdn_gate_args;
+
 typedef struct backend_ops {
     const char *name;
     void (*free)(backend *b);
@@ -95,6 +102,13 @@ typedef struct backend_ops {
     void (*attention)(backend *b, const float *q, const float *kc, const float *vc, int n,
                       int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
                       float *out);
+    /* Optional fusion of attention (as above) with the output gate of gated attention:
+     * out[t][h][d] *= sigmoid(gate[(t n_head + h) gate_stride + d]) for d < hd_v, each value
+     * rounded as attention then sigmoid_mul round it. false: not done (shape or backend),
+     * nothing changed; the caller runs the ops. */
+    bool (*attention_gated)(backend *b, const float *q, const float *kc, const float *vc, int n,
+                            int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
+                            const float *gate, size_t gate_stride, float *out);
     /* x[i] += y[i] */
     void (*add)(backend *b, float *x, const float *y, size_t n);
     /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
@@ -130,11 +144,13 @@ typedef struct backend_ops {
                         int kernel, float *state, float *y);
     /* Optional fusion of conv1d_silu over [q | k | v] rows (2 kd + vd channels) with the split
      * and the per-head L2 norm of q and k (heads of dk): q, k rows of kd, v rows of vd, each
-     * value exactly as conv1d_silu, copy_rows and l2norm give it. false: not done (shape or
-     * backend), the caller runs those ops. */
-    bool (*gdn_conv_split)(backend *b, const float *x, int n, int kd, int vd, int dk,
-                           const float *w, int kernel, float *state, float eps, float *q,
-                           float *k, float *v);
+     * value exactly as conv1d_silu, copy_rows and l2norm give it; with gates (may be NULL) also
+     * gdn_gates on them (independent of the convolution: one launch of a decode step fewer).
+     * 0: not done (shape or backend), nothing changed, the caller runs those ops; 1: done
+     * without the gates (the caller runs gdn_gates); 2: done, gates included. */
+    int (*gdn_conv_split)(backend *b, const float *x, int n, int kd, int vd, int dk,
+                          const float *w, int kernel, float *state, float eps, float *q,
+                          float *k, float *v, const gdn_gate_args *gates);
     /* Optional fusion of the attention input's per-head steps: RMSNorm of the q rows (n x
      * n_head) and k rows (n x n_head_kv) of head_dim by q_norm / k_norm, RoPE of both at the
      * step's positions, and kv_store of k and v (rows of row_k = n_head_kv * head_dim, row_v);

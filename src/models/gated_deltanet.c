@@ -146,14 +146,19 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
         be_matmul(be, &S->beta, st->cur, n, H->beta);
         be_matmul(be, &S->alpha, st->cur, n, H->alpha);
     }
-    be_gdn_gates(be, H->beta, H->alpha, S->dt_bias.data, S->a.data, n, Hv);
 
-    /* short causal convolution over q|k|v, then per-head q/k normalization; with checkpoints
-     * token by token (the same per-token computation), keeping the state after each */
+    /* the gates, then a short causal convolution over q|k|v and per-head q/k normalization
+     * (independent steps); with checkpoints token by token (the same per-token computation),
+     * keeping the state after each */
     const bool ck = H->ck_n > 0 && H->ck_n == n && n > 1;
-    if (!ck && be->ops->gdn_conv_split &&
-        be->ops->gdn_conv_split(be, H->qkv, n, KD, VD, Dk, S->conv1d.data, hp->ssm_kernel,
-                                conv_state, hp->rms_eps, H->lq, H->lk, H->lv)) {
+    const gdn_gate_args gates = {.beta = H->beta, .alpha = H->alpha, .dt_bias = S->dt_bias.data,
+                                 .a = S->a.data, .n_head = Hv};
+    const int fused = !ck && be->ops->gdn_conv_split
+                          ? be->ops->gdn_conv_split(be, H->qkv, n, KD, VD, Dk, S->conv1d.data, hp->ssm_kernel,
+                                                    conv_state, hp->rms_eps, H->lq, H->lk, H->lv, &gates)
+                          : 0;
+    if (fused != 2) be_gdn_gates(be, H->beta, H->alpha, S->dt_bias.data, S->a.data, n, Hv);
+    if (fused) {
         /* convolution, split and q/k norms in one step (the same values) */
     } else if (!ck) {
         be_conv1d_silu(be, H->qkv, n, CD, S->conv1d.data, hp->ssm_kernel, conv_state, H->conv_out);

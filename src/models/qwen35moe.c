@@ -360,16 +360,22 @@ static void gated_attention(const sluice_model *m, model_state *st, backend *be,
     be_matmul_multi(be, 3, w, st->cur, n, o);
     /* each head's rows are [query (hd) | gate (hd)] */
     be_copy_rows(be, st->q, (size_t)hd, H->qg, (size_t)2 * hd, n * nh, hd);
-    be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
     const int slot = H->slot[il];
     float *kc = st->kv_k + (size_t)slot * st->n_ctx * st->kv_row_k;
     float *vc = st->kv_v + (size_t)slot * st->n_ctx * st->kv_row_v;
     be_qk_norm_rope_store(be, st->q, st->k, st->v, n, nh, hp->n_head_kv, hd, &L->q_norm, &L->k_norm,
                           hp->rms_eps, hp->n_rot, st->pos, hp->rope_base, hp->rope, kc, vc, st->kv_row_k,
                           st->kv_row_v);
-    be_attention(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v,
-                 1.0f / sqrtf((float)hd), st->attn);
-    be_sigmoid_mul(be, st->attn, H->gate, n, nh * hd, nh * hd);
+    /* the output gate sigmoid(gate) read in place where the backend fuses it, else copied out
+     * of the rows and applied by its own op (the same values) */
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (!(be->ops->attention_gated && hp->head_dim_v == hd &&
+          be->ops->attention_gated(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v, scale,
+                                   H->qg + hd, (size_t)2 * hd, st->attn))) {
+        be_copy_rows(be, H->gate, (size_t)hd, H->qg + hd, (size_t)2 * hd, n * nh, hd);
+        be_attention(be, st->q, kc, vc, n, pos0, nh, hp->n_head_kv, hd, hp->head_dim_v, scale, st->attn);
+        be_sigmoid_mul(be, st->attn, H->gate, n, nh * hd, nh * hd);
+    }
     be_matmul(be, &L->wo, st->attn, n, st->tmp);
 }
 

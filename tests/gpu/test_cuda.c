@@ -395,6 +395,42 @@ static void test_norm_rope_attn(backend *c, backend *g) {
                 free(h1); free(h2);
                 be_mfree(g, o1); be_mfree(g, o2); be_mfree(g, cp);
             }
+            /* gated attention: the sigmoid gate, read in place from [query | gate] rows, taken
+             * into the decode combine (and its Q8_K encoding) against the copy, attention and
+             * sigmoid_mul on the device, bit for bit, output and its product */
+            if (g->ops->attention_gated) {
+                float *qgr = rand_vec((size_t)n * n_head * 2 * hd, 2.0f);
+                float *qgd = dev_copy(g, qgr, (size_t)n * n_head * 2 * hd * 4);
+                float *gp = be_alloc(g, qn * 4), *o1 = be_alloc(g, qn * 4), *o2 = be_alloc(g, qn * 4);
+                const float sc = 1.0f / sqrtf((float)hd);
+                be_copy_rows(g, gp, (size_t)hd, qgd + hd, (size_t)2 * hd, n * n_head, hd);
+                be_attention(g, qd, kcd, vcd, n, pos0, n_head, n_head_kv, hd, hd, sc, o1);
+                be_sigmoid_mul(g, o1, gp, n, n_head * hd, n_head * hd);
+                const bool done = g->ops->attention_gated(g, qd, kcd, vcd, n, pos0, n_head, n_head_kv, hd, hd, sc,
+                                                          qgd + hd, (size_t)2 * hd, o2);
+                bool same = false;
+                if (done) {
+                    float *h1 = host_of(g, o1, qn), *h2 = host_of(g, o2, qn);
+                    same = memcmp(h1, h2, qn * 4) == 0;
+                    free(h1); free(h2);
+                    const int64_t R2 = 64, K2 = (int64_t)n_head * hd;
+                    tview wo = make_weight(GGML_TYPE_Q4_K, K2, R2, 0.3f);
+                    float *p1 = be_alloc(g, (size_t)n * R2 * 4), *p2 = be_alloc(g, (size_t)n * R2 * 4);
+                    be_matmul(g, &wo, o2, n, p2); /* the combine's own encoding */
+                    be_matmul(g, &wo, o1, n, p1); /* the encoder kernel's (sigmoid_mul dropped it) */
+                    float *hp1 = host_of(g, p1, (size_t)n * R2), *hp2 = host_of(g, p2, (size_t)n * R2);
+                    same = same && memcmp(hp1, hp2, (size_t)n * R2 * 4) == 0;
+                    free(hp1); free(hp2);
+                    be_mfree(g, p1); be_mfree(g, p2);
+                }
+                printf("  gated attention hd %3d n %2d: %s\n", hd, n,
+                       n > 8 ? (done ? "RAN (prefill should decline)" : "declined (prefill)")
+                             : !done ? "NOT RUN" : same ? "bit-identical to copy, attention, sigmoid_mul (and its product)"
+                                                        : "DIFFERS");
+                EXPECT(n > 8 ? !done : same, "attention_gated hd %d n %d", hd, n);
+                free(qgr);
+                be_mfree(g, qgd); be_mfree(g, gp); be_mfree(g, o1); be_mfree(g, o2);
+            }
             printf("  hd %3d n %2d pos0 %3d: rope rel %.2g  attention rel %.2g%s\n", hd, n, pos0, er, ea,
                    n > 8 ? "" : prod ? ", its Q8_K product bit-identical" : ", its Q8_K product DIFFERS");
             EXPECT(er < 1e-5, "rope hd %d n %d", hd, n);
@@ -620,7 +656,7 @@ static void test_ssm(backend *c, backend *g) {
         free(x); free(st); free(y); free(yg); free(sg);
         be_mfree(g, xd); be_mfree(g, std_); be_mfree(g, yd);
     }
-    /* the fused conv + split + q/k norms against the three ops on the device, bit for bit
+    /* the fused gates + conv + split + q/k norms against the four ops on the device, bit for bit
      * (outputs and state), at the 35B-A3B shape and a small one, decode, a short prompt and one of
      * three token chunks */
     {
@@ -644,18 +680,30 @@ static void test_ssm(backend *c, backend *g) {
                 be_copy_rows(g, v1, (size_t)vd, co + 2 * kd, (size_t)C, n, vd);
                 be_l2norm(g, q1, n * kd / dk, dk, 1e-6f, q1);
                 be_l2norm(g, k1, n * kd / dk, dk, 1e-6f, k1);
-                const bool done = g->ops->gdn_conv_split(g, xd, n, kd, vd, dk, w, K, s2, 1e-6f, q2, k2, v2);
-                bool same = done;
-                float *a[4] = {q1, k1, v1, s1}, *b2[4] = {q2, k2, v2, s2};
-                const size_t len[4] = {(size_t)n * kd, (size_t)n * kd, (size_t)n * vd, (size_t)(K - 1) * C};
-                for (int i = 0; i < 4 && same; i++) {
+                /* and the gates (value heads of dk) in its launch, against gdn_gates */
+                const int H = vd / dk;
+                float *gb = rand_vec((size_t)n * H, 2.0f), *ga = rand_vec((size_t)n * H, 2.0f);
+                float *gdt = rand_vec((size_t)H, 1.0f), *gaa = rand_vec((size_t)H, 1.0f);
+                float *b1 = dev_copy(g, gb, (size_t)n * H * 4), *a1 = dev_copy(g, ga, (size_t)n * H * 4);
+                float *b2d = dev_copy(g, gb, (size_t)n * H * 4), *a2 = dev_copy(g, ga, (size_t)n * H * 4);
+                float *dtd = dev_copy(g, gdt, (size_t)H * 4), *aad = dev_copy(g, gaa, (size_t)H * 4);
+                be_gdn_gates(g, b1, a1, dtd, aad, n, H);
+                const gdn_gate_args gates = {.beta = b2d, .alpha = a2, .dt_bias = dtd, .a = aad, .n_head = H};
+                const int done = g->ops->gdn_conv_split(g, xd, n, kd, vd, dk, w, K, s2, 1e-6f, q2, k2, v2, &gates);
+                bool same = done == 2;
+                float *a[6] = {q1, k1, v1, s1, b1, a1}, *b2[6] = {q2, k2, v2, s2, b2d, a2};
+                const size_t len[6] = {(size_t)n * kd, (size_t)n * kd, (size_t)n * vd, (size_t)(K - 1) * C,
+                                       (size_t)n * H, (size_t)n * H};
+                for (int i = 0; i < 6 && same; i++) {
                     float *ha = host_of(g, a[i], len[i]), *hb = host_of(g, b2[i], len[i]);
                     same = memcmp(ha, hb, len[i] * 4) == 0;
                     free(ha); free(hb);
                 }
-                printf("  conv + split + l2norm fused (kd %d vd %d dk %d n %d): %s\n", kd, vd, dk, n,
-                       !done ? "NOT RUN" : same ? "bit-identical to the three ops" : "DIFFERS");
+                printf("  gates + conv + split + l2norm fused (kd %d vd %d dk %d n %d): %s\n", kd, vd, dk, n,
+                       done != 2 ? "NOT RUN" : same ? "bit-identical to the four ops" : "DIFFERS");
                 EXPECT(same, "gdn_conv_split kd %d n %d", kd, n);
+                free(gb); free(ga); free(gdt); free(gaa);
+                be_mfree(g, b1); be_mfree(g, a1); be_mfree(g, b2d); be_mfree(g, a2); be_mfree(g, dtd); be_mfree(g, aad);
                 free(x); free(st); /* w stays allocated, as above: the device caches weights by host address */
                 be_mfree(g, xd); be_mfree(g, s1); be_mfree(g, s2); be_mfree(g, co);
                 be_mfree(g, q1); be_mfree(g, k1); be_mfree(g, v1); be_mfree(g, q2); be_mfree(g, k2); be_mfree(g, v2);

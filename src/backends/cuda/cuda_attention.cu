@@ -201,9 +201,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, RPW == 1 ? 3 : 1) k_attn(att_a
  * layer's decode. The sums are the same, in the same order, as adding every split and skipping
  * the empty ones. q (R hdv = 256, one thread a value): the block's 256 outputs are also encoded
  * to Q8_K by q8k_block, the encoder kernel's function, for the output projection, whose
- * encoding launch (1.6 us a layer) then does not run. */
+ * encoding launch (1.6 us a layer) then does not run. gate (attention_gated): each value times
+ * sigmoid(gate[row gs + d]) before it is stored and encoded, as sigmoid_mul rounds it: gated
+ * attention's sigmoid, encoding and gate copy launches then do not run either. */
 template <int R>
-__global__ void k_attn_combine(const float *part, int splits, int hdv, float *out, int8_t *q, float *qd, int *qbs) {
+__global__ void k_attn_combine(const float *part, int splits, int hdv, float *out, int8_t *q, float *qd, int *qbs,
+                               const float *gate, size_t gs) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
     __shared__ float ms_s[R][ATT_SPLITS], ls_s[R][ATT_SPLITS], w_s[R][ATT_SPLITS];
     __shared__ int live_s[R][ATT_SPLITS];
@@ -239,7 +242,8 @@ __global__ void k_attn_combine(const float *part, int splits, int hdv, float *ou
     for (int d = tid; d < hdv; d += nt) {
         float O = 0.0f;
         for (int i = 0; i < nl; i++) O = __fadd_rn(O, __fmul_rn(pp[(size_t)live_s[r][i] * (2 + hdv) + 2 + d], w_s[r][i]));
-        const float v = __fmul_rn(O, inv);
+        float v = __fmul_rn(O, inv);
+        if (gate) v = __fmul_rn(v, sigmoidf_(gate[row * gs + d])); /* k_sigmoid_mul's step */
         out[row * hdv + d] = v;
         if (q) enc[r * hdv + d] = v;
     }
@@ -489,10 +493,29 @@ template <int DV, int RPW> static void attn_launch(cuda_backend *c, const att_ar
     CU_LAUNCH();
 }
 
+static void attention_run(cuda_backend *c, const float *q, const float *kc, const float *vc, int n, int n_head,
+                          int n_head_kv, int hd, int hd_v, float scale, const float *gate, size_t gs, float *out);
+
 void cuda_op_attention(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
                        int n_head, int n_head_kv, int hd, int hd_v, float scale, float *out) {
-    cuda_backend *c = CB(b);
     (void)pos0; /* the step's positions (set_inputs) say what each token sees */
+    attention_run(CB(b), q, kc, vc, n, n_head, n_head_kv, hd, hd_v, scale, nullptr, 0, out);
+}
+
+/* A decode step (n <= 8: always the split kernel and its combine) takes the gate into the
+ * combine; prefill runs the ops (the gate's copy and sigmoid_mul are a small part of it). */
+bool cuda_op_attention_gated(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
+                             int n_head, int n_head_kv, int hd, int hd_v, float scale, const float *gate,
+                             size_t gate_stride, float *out) {
+    cuda_backend *c = CB(b);
+    (void)pos0;
+    if (c->attn_gate_apart || n > 8 || !gate) return false;
+    attention_run(c, q, kc, vc, n, n_head, n_head_kv, hd, hd_v, scale, gate, gate_stride, out);
+    return true;
+}
+
+static void attention_run(cuda_backend *c, const float *q, const float *kc, const float *vc, int n, int n_head,
+                          int n_head_kv, int hd, int hd_v, float scale, const float *gate, size_t gs, float *out) {
     cuda_prof_begin(c);
     const int G = n_head / n_head_kv;
     if (G > ATT_WARPS * ATT_RPW || hd > 1024 || hd_v > 256) {
@@ -555,18 +578,21 @@ void cuda_op_attention(backend *b, const float *q, const float *kc, const float 
             float *ed = (float *)e.d;
             int *ebs = (int *)e.bs;
             if (hd_v == 64)
-                pdl_launch(k_attn_combine<4>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+                pdl_launch(k_attn_combine<4>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs,
+                           gate, gs);
             else if (hd_v == 128)
-                pdl_launch(k_attn_combine<2>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+                pdl_launch(k_attn_combine<2>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs,
+                           gate, gs);
             else
-                pdl_launch(k_attn_combine<1>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs);
+                pdl_launch(k_attn_combine<1>, blocks, 256, 0, c->stream, a.part, a.splits, hd_v, out, eq, ed, ebs,
+                           gate, gs);
         } else {
             pdl_launch(k_attn_combine<1>, (unsigned)(n * n_head), 128, 0, c->stream, a.part, a.splits, hd_v, out,
-                       (int8_t *)nullptr, (float *)nullptr, (int *)nullptr);
+                       (int8_t *)nullptr, (float *)nullptr, (int *)nullptr, gate, gs);
         }
         CU_LAUNCH();
     }
-    cuda_prof_end(c, n <= 8 ? "attention (decode)" : "attention (prefill)");
+    cuda_prof_end(c, n <= 8 ? (gate ? "attention (decode) + sigmoid gate" : "attention (decode)") : "attention (prefill)");
 }
 /* ---- attention input: q/k norms, RoPE, KV store in one launch --------------------------------------
  * A decode step's attention layer ran rmsnorm (q), rmsnorm (k), rope (q), rope (k) and kv_store

@@ -908,6 +908,7 @@ static backend_ops make_ops() {
     o.rmsnorm = cuda_op_rmsnorm;
     o.rope = cuda_op_rope;
     o.attention = cuda_op_attention;
+    o.attention_gated = cuda_op_attention_gated;
     o.add = cuda_op_add;
     o.swiglu = cuda_op_swiglu;
     o.matmul_swiglu = cuda_op_matmul_swiglu;
@@ -1022,6 +1023,8 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_tail_norm = getenv("SLUICE_CUDA_NO_TAIL_NORM") != nullptr;
     c->attn_encode = !getenv("SLUICE_CUDA_ATTN_ENCODE") || atoi(getenv("SLUICE_CUDA_ATTN_ENCODE")) != 0;
     c->norm_swiglu = !getenv("SLUICE_CUDA_NORM_SWIGLU") || atoi(getenv("SLUICE_CUDA_NORM_SWIGLU")) != 0;
+    c->gates_apart = getenv("SLUICE_CUDA_GATES_APART") != nullptr;
+    c->attn_gate_apart = getenv("SLUICE_CUDA_ATTN_GATE_APART") != nullptr;
     c->mv_mix = !getenv("SLUICE_CUDA_MV_MIX") || atoi(getenv("SLUICE_CUDA_MV_MIX")) != 0;
     cuda_pdl = info.cc_major >= 9 && !getenv("SLUICE_CUDA_NO_PDL");
     cuda_ktrace_init(c);

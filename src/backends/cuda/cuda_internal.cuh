@@ -85,6 +85,9 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* sigmoid as every kernel rounds it (sigmoid_mul, the gates, the fused gated attention) */
+__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
 /* Ask L2 for bytes [p, p + n) (sm_90 bulk prefetch: the 16-byte units inside the range, one
  * instruction, no registers, no completion to wait for). Values are never changed by it. */
 __device__ __forceinline__ void l2_prefetch(const void *p, uint32_t n) {
@@ -277,6 +280,10 @@ struct cuda_backend {
     bool attn_encode;          /* decode attention's split combine encodes its output to Q8_K
                                 * (k_attn_combine q); SLUICE_CUDA_ATTN_ENCODE=0 turns it off */
     bool norm_swiglu;          /* rmsnorm_swiglu fused (k_norm_swiglu); SLUICE_CUDA_NORM_SWIGLU=0 off */
+    bool gates_apart;          /* SLUICE_CUDA_GATES_APART: gdn_gates as its own launch, not in
+                                * gdn_conv_split's (measurement) */
+    bool attn_gate_apart;      /* SLUICE_CUDA_ATTN_GATE_APART: gated attention's sigmoid gate as
+                                * its own ops, not in the decode combine (measurement) */
     bool mv_mix;               /* one token's products by matrices of two K-quant types in one
                                 * launch (k_mv_q_mix); SLUICE_CUDA_MV_MIX=0 turns it off */
     bool shared_in_experts;    /* the shared expert in the routed experts' decode launches
@@ -499,8 +506,9 @@ bool cuda_op_qk_norm_rope_store(backend *b, float *q, float *k, const float *v, 
                                 int n_head_kv, int head_dim, const tview *q_norm, const tview *k_norm,
                                 float eps, int n_rot, const int32_t *pos, float freq_base, rope_mode mode,
                                 float *kc, float *vc, size_t row_k, size_t row_v);
-bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
-                            int kernel, float *state, float eps, float *q, float *k, float *v);
+int cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
+                           int kernel, float *state, float eps, float *q, float *k, float *v,
+                           const gdn_gate_args *gates);
 void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float *x, int n,
                           float *const *out);
 void cuda_op_matmul_swiglu(backend *b, const tview *gate, const tview *up, const float *x, int n,
@@ -535,6 +543,9 @@ void cuda_op_rope(backend *b, float *x, int n_tok, int n_head, int head_dim, int
                   const int32_t *pos, float freq_base, rope_mode mode);
 void cuda_op_attention(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
                        int n_head, int n_head_kv, int hd, int hd_v, float scale, float *out);
+bool cuda_op_attention_gated(backend *b, const float *q, const float *kc, const float *vc, int n, int pos0,
+                             int n_head, int n_head_kv, int hd, int hd_v, float scale, const float *gate,
+                             size_t gate_stride, float *out);
 void cuda_op_add(backend *b, float *x, const float *y, size_t n);
 void cuda_op_swiglu(backend *b, float *g, const float *u, size_t n);
 void cuda_op_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y);

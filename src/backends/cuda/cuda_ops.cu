@@ -14,7 +14,6 @@
 
 KTRACE_TU(ops) /* the kernel trace buffer of this file's kernels (cuda_ktrace.cu) */
 
-__device__ __forceinline__ float sigmoidf_(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 /* silu(g) * u, rounded as the CPU rounds it (swiglu, and the fused gated norm), with the fixed
  * exponential that the host reproduces (backends/silu_fixed.h) */
 __device__ __forceinline__ float silu_mul_f(float g, float u) { return silu_fixed_mul(g, u); }
@@ -413,15 +412,22 @@ void cuda_op_moe_tail(backend *b, float *x, float *y, float *s, const float *g, 
     cuda_prof_end(c, "moe_tail");
 }
 
-__global__ void k_gdn_gates(float *beta, float *alpha, const float *dt, const float *a, int n, int H) {
-    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * H) return;
+/* Element i (token i / H, head i % H) of gdn_gates; shared by k_gdn_gates and the fused
+ * k_conv_split, so both give the same bits. */
+__device__ __forceinline__ void gdn_gate_one(float *beta, float *alpha, const float *dt, const float *a, int i,
+                                             int H) {
     const int h = i % H;
     beta[i] = sigmoidf_(beta[i]);
     const float x = __fadd_rn(alpha[i], dt[h]);
     const float sp = x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
     alpha[i] = __fmul_rn(sp, a[h]);
+}
+
+__global__ void k_gdn_gates(float *beta, float *alpha, const float *dt, const float *a, int n, int H) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * H) return;
+    gdn_gate_one(beta, alpha, dt, a, i, H);
 }
 
 void cuda_op_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
@@ -547,8 +553,11 @@ void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const 
  * elements t, t + 32, ... in double in that order, then the butterfly), so the values equal the
  * three ops' bit for bit. */
 __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, const float *w, int K,
-                             float *state, float eps, float *q, float *k, float *v) {
+                             float *state, float eps, float *q, float *k, float *v, gdn_gate_args ga) {
     pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    if (ga.beta && blockIdx.y == 0) /* the gates (gdn_gates), spread over the first chunk's blocks */
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n * ga.n_head; i += gridDim.x * blockDim.x)
+            gdn_gate_one(ga.beta, ga.alpha, ga.dt_bias, ga.a, i, ga.n_head);
     extern __shared__ float row[]; /* [dk] */
     __shared__ float scale_s;
     const int C = 2 * kd + vd, tid = threadIdx.x, ch = blockIdx.x * dk + tid;
@@ -588,24 +597,35 @@ __global__ void k_conv_split(const float *x, int n, int kd, int vd, int dk, cons
     if (blockIdx.y == 0) conv_state_out(win, x, state, n, C, ch, K);
 }
 
-bool cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
-                            int kernel, float *state, float eps, float *q, float *k, float *v) {
+int cuda_op_gdn_conv_split(backend *b, const float *x, int n, int kd, int vd, int dk, const float *w,
+                           int kernel, float *state, float eps, float *q, float *k, float *v,
+                           const gdn_gate_args *gates) {
     /* heads of 32..255 channels (k_norm's one-warp form), v whole heads wide */
     if (dk < 32 || dk >= 256 || dk % 32 || kd % dk || vd % dk || kernel < 1 || kernel > CONV_MAXK)
-        return false;
+        return 0;
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
     const int C = 2 * kd + vd;
     const float *wd = (const float *)cuda_weight(c, w, (size_t)C * kernel * sizeof(float));
     const dim3 grid((unsigned)(C / dk), (unsigned)cdiv((size_t)n, CONV_CHUNK));
+    gdn_gate_args ga = {};
+    if (gates && !c->gates_apart) {
+        ga = *gates;
+        ga.dt_bias = (const float *)cuda_weight(c, gates->dt_bias, (size_t)gates->n_head * sizeof(float));
+        ga.a = (const float *)cuda_weight(c, gates->a, (size_t)gates->n_head * sizeof(float));
+    }
     pdl_launch(k_conv_split, grid, (unsigned)dk, (size_t)dk * sizeof(float), c->stream, x, n, kd,
-               vd, dk, wd, kernel, state, eps, q, k, v);
+               vd, dk, wd, kernel, state, eps, q, k, v, ga);
     CU_LAUNCH();
     cuda_act_invalidate_range(c, q, (size_t)n * kd * sizeof(float));
     cuda_act_invalidate_range(c, k, (size_t)n * kd * sizeof(float));
     cuda_act_invalidate_range(c, v, (size_t)n * vd * sizeof(float));
-    cuda_prof_end(c, "conv1d_silu + split + l2norm");
-    return true;
+    if (ga.beta) {
+        cuda_act_invalidate_range(c, ga.beta, (size_t)n * ga.n_head * sizeof(float));
+        cuda_act_invalidate_range(c, ga.alpha, (size_t)n * ga.n_head * sizeof(float));
+    }
+    cuda_prof_end(c, ga.beta ? "gdn_gates + conv1d_silu + split + l2norm" : "conv1d_silu + split + l2norm");
+    return ga.beta ? 2 : 1;
 }
 
 /* ---- gated delta rule ---------------------------------------------------------------------------
