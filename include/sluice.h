@@ -242,6 +242,9 @@ sluice_sampler_params sluice_sampler_defaults(void);
 /* The greedy pick: the index of the largest of x[0..n), the lowest on ties (NaNs never win
  * unless x[0] is one). */
 int32_t sluice_argmax(const float *x, int n);
+/* sluice_argmax of the session's last logits (-1: none). A GPU session computes it on the
+ * device as part of a decode step, so that the host need not read the logits row for it. */
+int32_t sluice_session_argmax(const sluice_session *session);
 void sluice_session_set_sampler(sluice_session *session, const sluice_sampler_params *params);
 /* Pick the next token from the last logits; records it in the penalty history. */
 int32_t sluice_session_sample(sluice_session *session);

@@ -109,6 +109,10 @@ typedef struct backend_ops {
     bool (*attention_gated)(backend *b, const float *q, const float *kc, const float *vc, int n,
                             int pos0, int n_head, int n_head_kv, int hd, int hd_v, float scale,
                             const float *gate, size_t gate_stride, float *out);
+    /* Optional (NULL: not offered; device backends): out_host[0] = sluice_argmax(x, n) for x
+     * in backend memory, written into page-locked host memory (host_alloc) as a download
+     * (within a captured graph, part of it): the greedy pick without the host reading the row. */
+    void (*argmax_row)(backend *b, const float *x, int n, int32_t *out_host);
     /* x[i] += y[i] */
     void (*add)(backend *b, float *x, const float *y, size_t n);
     /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */

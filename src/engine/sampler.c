@@ -157,11 +157,17 @@ int32_t sluice_argmax(const float *x, int n) {
     return best;
 }
 
+bool sampler_is_argmax(const sampler *s) {
+    const sluice_sampler_params *p = &s->p;
+    const bool penalty = p->repeat_penalty != 1.0f && p->repeat_penalty > 0.0f;
+    return p->temperature <= 0.0f && !(penalty && s->hist_len > 0);
+}
+
 int32_t sampler_sample(sampler *s, const float *logits) {
     const sluice_sampler_params *p = &s->p;
     int n = s->n_vocab;
     const bool penalty = p->repeat_penalty != 1.0f && p->repeat_penalty > 0.0f;
-    if (p->temperature <= 0.0f && !(penalty && s->hist_len > 0)) return sluice_argmax(logits, n);
+    if (sampler_is_argmax(s)) return sluice_argmax(logits, n);
     for (int i = 0; i < n; i++) s->c[i] = (cand){i, logits[i], 0.0f};
     if (penalty) {
         /* each distinct recent token is penalized once */

@@ -20,6 +20,10 @@ struct sluice_session {
     int n_ctx, n_batch, pos;
     float *last_logits;
     bool have_logits;
+    /* the greedy pick of last_logits where the device computed it with the step (argmax_row):
+     * page-locked, written by the step's own download; have_argmax: it is last_logits' */
+    int32_t *argmax_h;
+    bool have_argmax;
     session_spec spec; /* speculative decoding (engine/speculative.c) */
 };
 
@@ -80,7 +84,11 @@ sluice_session *sluice_session_new(const sluice_model *m, const sluice_session_p
     /* where a decode step's logits land: the backend's own host memory, so a device writes
      * them straight there */
     s->last_logits = s->be ? be_host_alloc(s->be, (size_t)m->hp.n_vocab * sizeof(float)) : NULL;
-    if (!s->st || !s->be || !s->smp || !s->last_logits) {
+    if (s->be && s->st && s->be->ops->argmax_row) {
+        s->argmax_h = be_host_alloc(s->be, sizeof(int32_t));
+        s->st->argmax_host = s->argmax_h;
+    }
+    if (!s->st || !s->be || !s->smp || !s->last_logits || (s->be->ops->argmax_row && !s->argmax_h)) {
         sluice_set_error("out of memory for a session of %d positions", s->n_ctx);
         sluice_session_free(s);
         return NULL;
@@ -103,6 +111,7 @@ void sluice_session_free(sluice_session *s) {
     }
     if (s->st) s->m->arch->state_free(s->st);
     if (s->be) be_host_free(s->be, s->last_logits);
+    if (s->be && s->argmax_h) be_host_free(s->be, s->argmax_h);
     if (s->be != s->m->gpu) be_free(s->be);
     sampler_free(s->smp);
     free(s->spec.logits);
@@ -165,6 +174,7 @@ int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *
                              tokens[i], i, n_vocab - 1);
             return -1;
         }
+    s->have_argmax = false;
     /* reads that depend only on token ids start now for the whole prompt, not chunk by chunk */
     if (n > s->n_batch && s->m->arch->prefetch) s->m->arch->prefetch(s->m, s->st, tokens, n);
     for (int done = 0; done < n;) {
@@ -190,7 +200,15 @@ int sluice_session_eval(sluice_session *s, const int32_t *tokens, int n, float *
         memcpy(s->last_logits, all_logits + (size_t)(n - 1) * n_vocab,
                (size_t)n_vocab * sizeof(float));
     s->have_logits = true;
+    /* the last chunk's one output row went through the model's output head with argmax_host
+     * set (model_output_logits), in a replayed graph as in the pass it was captured from */
+    s->have_argmax = s->argmax_h && !all_logits;
     return 0;
+}
+
+int32_t sluice_session_argmax(const sluice_session *s) {
+    if (!s->have_logits) return -1;
+    return s->have_argmax ? *s->argmax_h : sluice_argmax(s->last_logits, s->m->hp.n_vocab);
 }
 
 const float *sluice_session_logits(const sluice_session *s) {
@@ -202,7 +220,7 @@ int sluice_session_n_ctx(const sluice_session *s) { return s->n_ctx; }
 
 void sluice_session_reset(sluice_session *s) {
     s->pos = 0;
-    s->have_logits = false;
+    s->have_logits = s->have_argmax = false;
     s->m->arch->state_reset(s->st);
     sampler_reset(s->smp);
 }
@@ -224,7 +242,7 @@ int sluice_session_truncate(sluice_session *s, int n) {
         return -1;
     }
     s->pos = n;
-    s->have_logits = false;
+    s->have_logits = s->have_argmax = false;
     return 0;
 }
 
@@ -239,6 +257,7 @@ session_spec *session_spec_of(sluice_session *s) { return &s->spec; }
 void session_set_position(sluice_session *s, int pos, const float *logits) {
     s->pos = pos;
     s->have_logits = logits != NULL;
+    s->have_argmax = false;
     if (logits && logits != s->last_logits)
         memcpy(s->last_logits, logits, (size_t)s->m->hp.n_vocab * sizeof(float));
 }
@@ -264,7 +283,7 @@ int32_t sluice_session_sample(sluice_session *s) {
         sluice_set_error("sample: no logits (evaluate a token first)");
         return -1;
     }
-    int32_t id = sampler_sample(s->smp, s->last_logits);
+    int32_t id = s->have_argmax && sampler_is_argmax(s->smp) ? *s->argmax_h : sampler_sample(s->smp, s->last_logits);
     sampler_accept(s->smp, id);
     return id;
 }

@@ -479,6 +479,8 @@ static void output_logits(const sluice_model *m, model_state *st, backend *be, c
         be_matmul(be, &m->output, rows + (size_t)r0 * m->hp.n_embd, nr, st->logits);
         be_download(be, logits + (size_t)r0 * V, st->logits, (size_t)nr * V * sizeof(float));
     }
+    /* one row (a decode step): its greedy pick on the device too (sluice_session_argmax) */
+    if (n_out == 1 && st->argmax_host && be->ops->argmax_row) be->ops->argmax_row(be, st->logits, (int)V, st->argmax_host);
 }
 
 static int q4x_forward(const sluice_model *m, model_state *st, backend *be,

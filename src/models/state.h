@@ -33,6 +33,8 @@ struct model_state {
     int32_t *moe_rows;           /* (token, slot) pairs routed to one expert */
     float *logits;               /* [STATE_LOGIT_ROWS][n_vocab] output rows before download
                                   * (device backends; NULL when backend memory is host memory) */
+    int32_t *argmax_host;        /* where a device backend's argmax_row leaves the greedy pick
+                                  * of a one-row output (the session's; NULL: not wanted) */
     /* shared expert (allocated by the hybrid state): [n_batch] gate logits, [n_batch][n_embd] */
     float *shexp_gate, *shexp_out;
     /* hybrid models: recurrent state and linear-attention buffers (models/hybrid.h) */

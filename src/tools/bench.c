@@ -210,7 +210,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     const double t0 = now_s();
     if (sluice_session_eval(s, prompt, p, NULL) != 0) goto eval_fail;
     const double t1 = now_s();
-    int32_t tok = sluice_argmax(sluice_session_logits(s), V);
+    int32_t tok = sluice_session_argmax(s); /* sluice_argmax of the logits (a GPU's own pick) */
     const double t2 = now_s();
     sluice_model_expert_stats(c->m, &st1);
     if (measured) {
@@ -241,7 +241,7 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     for (int i = 0; c->bp->mtp <= 0 && i < n_gen; i++) {
         const double ts = now_s();
         if (sluice_session_eval(s, &tok, 1, NULL) != 0) goto eval_fail;
-        int32_t next = sluice_argmax(sluice_session_logits(s), V);
+        int32_t next = sluice_session_argmax(s);
         steps[i] = now_s() - ts;
         if (measured) { /* evidence copies stay outside the timed step */
             memcpy(logits + (size_t)(i + 1) * V, sluice_session_logits(s), (size_t)V * sizeof(float));

@@ -635,6 +635,46 @@ static void test_norm_swiglu(backend *g) {
     }
 }
 
+/* The device argmax (argmax_row) against sluice_argmax: random rows of the two vocabularies,
+ * ties (the lower index wins), NaNs (never win, except at index 0: then 0), -inf everywhere,
+ * signed zeros, one value. */
+static void test_argmax(backend *g) {
+    printf("== argmax_row (the device's greedy pick)\n");
+    if (!g->ops->argmax_row) {
+        EXPECT(false, "argmax_row: no such op");
+        return;
+    }
+    int32_t *out = be_host_alloc(g, sizeof(int32_t));
+    const int ns[] = {248320, 151936, 1000, 37, 1};
+    int cases = 0, bad = 0;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int kind = 0; kind < 7; kind++) {
+            const int n = ns[ni];
+            float *x = rand_vec((size_t)n, 4.0f);
+            switch (kind) {
+            case 1: x[n / 3] = x[n - 1] = 9.0f; break;                /* a tie: the lower index */
+            case 2: x[0] = NAN; x[n / 2] = 9.0f; break;              /* NaN first: 0 */
+            case 3: x[n / 2] = NAN; x[n - 1] = 9.0f; break;          /* NaN elsewhere never wins */
+            case 4: for (int i = 0; i < n; i++) x[i] = -INFINITY; break;
+            case 5: for (int i = 0; i < n; i++) x[i] = i % 2 ? 0.0f : -0.0f; break;
+            case 6: x[n - 1] = INFINITY; x[n / 4] = INFINITY; break;  /* +inf, twice */
+            default: break;
+            }
+            float *xd = dev_copy(g, x, (size_t)n * sizeof *x);
+            *out = -7;
+            g->ops->argmax_row(g, xd, n, out);
+            const int32_t want = sluice_argmax(x, n);
+            bad += *out != want;
+            if (*out != want) printf("  n %d case %d: device %d, host %d\n", n, kind, *out, want);
+            cases++;
+            free(x);
+            be_mfree(g, xd);
+        }
+    printf("  %d rows: %d differ from sluice_argmax\n", cases, bad);
+    EXPECT(bad == 0, "argmax_row differs from sluice_argmax");
+    be_host_free(g, out);
+}
+
 static void test_ssm(backend *c, backend *g) {
     printf("== conv1d_silu, gated delta rule, gates, sigmoid_mul, copy_rows\n");
     /* n 2: fewer tokens than the window (the state shifts); 70: three token chunks (CONV_CHUNK) */
@@ -912,6 +952,7 @@ typedef struct run_out {
     float *last;  /* [V] logits after the decode steps */
     int32_t gen[64];
     int n_gen;
+    int argmax_diff; /* steps whose sluice_session_argmax / greedy sample differ from sluice_argmax */
     bool ok;
     char mode[16];
     sluice_expert_stats st;
@@ -944,6 +985,9 @@ static run_out run_model(const char *path, const sluice_model_params *mp, const 
     if (ok) sluice_session_set_sampler(s, &gp);
     for (int i = 0; ok && i < n_gen; i++) {
         int32_t t = sluice_session_sample(s);
+        /* the device's greedy pick (argmax_row, with the step) is the host's on its logits */
+        const int32_t h = sluice_argmax(sluice_session_logits(s), V), d = sluice_session_argmax(s);
+        if (t != h || d != h) r.argmax_diff++;
         r.gen[r.n_gen++] = t;
         ok = sluice_session_eval(s, &t, 1, NULL) == 0;
     }
@@ -1082,6 +1126,9 @@ static void test_model(const char *path, const char *golden, int want) {
     EXPECT(worst <= 5e-2, "%s: max rel %.3g", name, worst);
     EXPECT(top1 >= n * 95 / 100, "%s: top-1 %d/%d", name, top1, n);
     EXPECT(greedy >= n_gen * 3 / 4, "%s: greedy %d/%d", name, greedy, n_gen);
+    printf("  the device's greedy pick (argmax_row) against sluice_argmax of the step's logits: %d of %d differ\n",
+           rg.argmax_diff, rg.n_gen);
+    EXPECT(rg.argmax_diff == 0 && rc.argmax_diff == 0, "%s: sluice_session_argmax differs from sluice_argmax", name);
     if (!big) {
         setenv("SLUICE_CUDA_ATTN_ROWS", "1", 1);
         run_out ro = run_model(path, &gpu, ids, n, n_gen, 0);
@@ -1187,6 +1234,7 @@ int main(int argc, char **argv) {
         test_norm_swiglu(g);
         test_tail_norm(g);
         test_ssm(c, g);
+        test_argmax(g);
         test_moe(c, g);
     }
     be_free(g);

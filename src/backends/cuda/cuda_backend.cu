@@ -883,6 +883,7 @@ static void op_free(backend *b) {
     for (void *p : c->host_copies_pinned) cudaFreeHost(p);
     dev_free(c, c->d_table);
     dev_free(c, c->d_in);
+    dev_free(c, c->amax);
     dev_free(c, c->tables);
     if (c->h_in) cudaFreeHost(c->h_in);
     if (c->h_stage) cudaFreeHost(c->h_stage);
@@ -909,6 +910,7 @@ static backend_ops make_ops() {
     o.rope = cuda_op_rope;
     o.attention = cuda_op_attention;
     o.attention_gated = cuda_op_attention_gated;
+    o.argmax_row = getenv("SLUICE_CUDA_HOST_ARGMAX") ? nullptr : cuda_op_argmax_row;
     o.add = cuda_op_add;
     o.swiglu = cuda_op_swiglu;
     o.matmul_swiglu = cuda_op_matmul_swiglu;

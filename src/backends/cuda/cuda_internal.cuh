@@ -282,6 +282,7 @@ struct cuda_backend {
     bool norm_swiglu;          /* rmsnorm_swiglu fused (k_norm_swiglu); SLUICE_CUDA_NORM_SWIGLU=0 off */
     bool gates_apart;          /* SLUICE_CUDA_GATES_APART: gdn_gates as its own launch, not in
                                 * gdn_conv_split's (measurement) */
+    void *amax;                /* cuda_op_argmax_row's partial picks, arrival count and pick */
     bool attn_gate_apart;      /* SLUICE_CUDA_ATTN_GATE_APART: gated attention's sigmoid gate as
                                 * its own ops, not in the decode combine (measurement) */
     bool mv_mix;               /* one token's products by matrices of two K-quant types in one
@@ -554,6 +555,7 @@ void cuda_op_conv1d_silu(backend *b, const float *x, int n, int channels, const 
 void cuda_op_gated_delta(backend *b, const float *q, const float *k, const float *v, const float *g,
                          const float *beta, float *state, const gdn_params *p, float *out);
 void cuda_op_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
+void cuda_op_argmax_row(backend *b, const float *x, int n, int32_t *out_host);
 void cuda_op_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
                        int n, int n_head);
 void cuda_op_copy_rows(backend *b, float *dst, size_t dst_stride, const float *src,

@@ -343,6 +343,89 @@ __global__ void k_swiglu(const float *g, const float *u, size_t n, float *out) {
     if (i < n) out[i] = silu_mul_f(g[i], u[i]);
 }
 
+/* ---- argmax ------------------------------------------------------------------------------------- */
+
+/* sluice_argmax's pick (the first index of the largest value; NaN never wins, unless x[0] is
+ * NaN: then 0) as the reduction of (value, index) pairs under "larger value, then lower index"
+ * over the non-NaN values, a strict total order: any order of reduction gives the same pick.
+ * One launch: every block reduces a strided share, the last block to finish (an arrival
+ * counter it sets back to zero, so that a graph replays) reduces the blocks' picks. */
+#define AMAX_BLOCKS 128
+struct amax_buf {
+    float v[AMAX_BLOCKS];
+    int i[AMAX_BLOCKS];
+    unsigned count;
+    int result;
+};
+
+__device__ __forceinline__ bool amax_better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(256) k_argmax(const float *x, int n, amax_buf *B) {
+    pdl_wait(); /* programmatic dependent launch: the previous kernel has finished */
+    __shared__ float sv[8];
+    __shared__ int si[8];
+    __shared__ bool last_s;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+        const float v = x[j];
+        if (amax_better(v, j, bv, bi)) bv = v, bi = j;
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (amax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (amax_better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+        B->v[blockIdx.x] = bv;
+        B->i[blockIdx.x] = bi;
+        __threadfence(); /* the pick is visible before the count says so */
+        last_s = atomicAdd(&B->count, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last_s || threadIdx.x != 0) return;
+    __threadfence();
+    float rv = -INFINITY;
+    int ri = INT_MAX;
+    for (int b = 0; b < (int)gridDim.x; b++) {
+        const float v = __ldcg(&B->v[b]);
+        const int i = __ldcg(&B->i[b]);
+        if (amax_better(v, i, rv, ri)) rv = v, ri = i;
+    }
+    B->result = isnan(x[0]) || ri == INT_MAX ? 0 : ri;
+    B->count = 0;
+}
+
+void cuda_op_argmax_row(backend *b, const float *x, int n, int32_t *out_host) {
+    cuda_backend *c = CB(b);
+    if (!c->amax) { /* first use: an eager step (a graph is captured from a later one) */
+        if (c->capturing) {
+            c->capture_broken = true;
+            return;
+        }
+        c->amax = b->ops->alloc(b, sizeof(amax_buf)); /* zeroed: the count starts at 0 */
+        if (!c->amax) {
+            fprintf(stderr, "sluice: out of device memory for the argmax\n");
+            abort();
+        }
+    }
+    cuda_prof_begin(c);
+    amax_buf *B = (amax_buf *)c->amax;
+    const unsigned blocks = (unsigned)std::min<size_t>(cdiv((size_t)n, 256 * 8), AMAX_BLOCKS);
+    pdl_launch(k_argmax, blocks ? blocks : 1, 256, 0, c->stream, x, n, B);
+    CU_LAUNCH();
+    cuda_prof_end(c, "argmax");
+    b->ops->download(b, out_host, &B->result, sizeof(int32_t));
+}
+
 void cuda_op_add(backend *b, float *x, const float *y, size_t n) {
     cuda_backend *c = CB(b);
     cuda_prof_begin(c);
