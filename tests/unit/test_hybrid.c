@@ -138,9 +138,12 @@ static void test_reset_and_bytes(sluice_model *m, const int32_t *ids, int n) {
     CHECK(s != NULL);
     if (!s) return;
     float *a = malloc((size_t)V * 4);
+    CHECK(sluice_session_argmax(s) == -1); /* no logits yet */
     CHECK(sluice_session_eval(s, ids, n, NULL) == 0);
     memcpy(a, sluice_session_logits(s), (size_t)V * 4);
+    CHECK(sluice_session_argmax(s) == sluice_argmax(a, V));
     sluice_session_reset(s);
+    CHECK(sluice_session_argmax(s) == -1);
     CHECK(sluice_session_eval(s, ids, n, NULL) == 0);
     CHECKF(memcmp(a, sluice_session_logits(s), (size_t)V * 4) == 0,
            "a reset session gives other logits: recurrent state not cleared");
