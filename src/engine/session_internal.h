@@ -17,10 +17,12 @@ typedef struct session_spec {
     void *hook_ctx;
     /* the adaptive policy (engine/speculative.c): tokens per second of drafted and of plain
      * steps (exponential averages; 0: none measured yet), the plain steps left in the current
-     * pause, the length of the next pause, and whether the next step must draft (a probe) */
+     * pause, the length of the next pause, whether the next step must draft (a probe), and
+     * whether a drafted step has run (the first is not measured: it pays one-time costs) */
     double rate_spec, rate_plain;
     int pause, backoff;
     bool probe;
+    bool warm;
     bool always; /* SLUICE_SPEC_ALWAYS */
 } session_spec;
 

@@ -43,7 +43,11 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long, doubling up to
  * SPEC_PAUSE_MAX while drafting keeps losing; its end forces one drafted step (a probe), whose
  * rate replaces the stale average. With drafts that never hit, at most one step in
- * SPEC_PAUSE_MAX + 1 drafts. */
+ * SPEC_PAUSE_MAX + 1 drafts. A session's first drafted step is not measured: it pays one-time
+ * costs (the first pass of several tokens with every row's logits, the drafts' first touches):
+ * 116-159 ms against 74-93 ms for the next ones on the 8-layer qwen4exp file, which sent the
+ * policy into a pause of plain steps before its first probe
+ * (bench/results/2026-12-02-cpu-q2-0-lanes.md). */
 #define SPEC_RATE_WEIGHT 0.25
 #define SPEC_PAUSE_MIN 8
 #define SPEC_PAUSE_MAX 128
@@ -66,6 +70,10 @@ bool spec_policy_drafts(session_spec *sp) {
 
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds) {
     if (sp->always || seconds <= 0.0) return;
+    if (drafted && !sp->warm) { /* the first drafted step: rate_spec stays unmeasured */
+        sp->warm = true;
+        return;
+    }
     const double r = (double)tokens / seconds;
     double *avg = drafted ? &sp->rate_spec : &sp->rate_plain;
     *avg = *avg == 0.0 || (drafted && sp->probe) ? r : (1.0 - SPEC_RATE_WEIGHT) * *avg + SPEC_RATE_WEIGHT * r;
