@@ -8,10 +8,11 @@
  * the memory's speed at one token and was compute-bound at the 3 tokens of a speculative
  * verification. Here lane r of every vector is row r: a block's code bytes of 16 rows are
  * transposed once (dword i of each row's 16 code bytes into dword lane r of W_i: 16 loads, 12
- * inserts, 8 two-source permutes), each W_i shifted by 0, 2, 4, 6 and masked gives four vectors of 16 rows
- * x 4 codes, and a token's activation quads, packed once per product in the matching order,
- * are broadcast into vpdpbusd: 16 of them per block and token leave each lane holding its row's
- * two exact half sums. No tree; the transposition is shared by the tokens of a pass.
+ * inserts, 8 two-source permutes), each W_i shifted by 0, 2, 4, 6 and masked gives four
+ * vectors of 16 rows x 4 codes, and a token's activation quads, packed once per product in the
+ * matching order, are broadcast into vpdpbusd: 16 of them per block and token leave each lane
+ * holding its row's two exact half sums. No tree; the transposition is shared by the tokens of
+ * a pass.
  *
  * Code layout (quant_dot_q2_0, formats/quant_iq.c): value v of a block is bits 2 (v % 4) ..
  * 2 (v % 4) + 1 of code byte v / 4. So byte m of dword i, shifted by 2k, holds value
@@ -140,7 +141,8 @@ static inline __attribute__((always_inline)) __m512 q2_token(const __m512i e[16]
     /* two chains per half, so that four vpdpbusd chains are in flight */
     __m512i c[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) c[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e[4 * j], _mm512_set1_epi32(A[4 * j]));
+    for (int j = 0; j < 4; j++)
+        c[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), e[4 * j], _mm512_set1_epi32(A[4 * j]));
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)
 #pragma GCC unroll 3
