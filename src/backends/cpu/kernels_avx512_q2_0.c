@@ -95,12 +95,10 @@ static inline q2_group_rows q2_group_at(const uint8_t *w, size_t w_stride, int r
 
 /* Block b of the group's rows: e[4 i + k] lane r = the codes of values 16 i + 4 m + k (byte m)
  * of row r, and the rows' scales dw (lane r). */
-static inline __attribute__((always_inline)) void q2_block(const q2_group_rows *g, int full, size_t stride,
-                                                           int64_t b, __m512i e[16], __m512 *dw) {
+static inline __attribute__((always_inline)) void q2_block(const q2_group_rows *g, int64_t b, __m512i e[16],
+                                                           __m512 *dw) {
     const size_t at = (size_t)b * Q2_BLOCK_BYTES;
-    /* a full group's rows by address arithmetic (no pointer per row to reload), a short one's
-     * by its table (padding rows repeat the last row) */
-#define Q2_ROW(r) (full ? g->w0 + (size_t)(r) * stride + at : g->wr[r] + at)
+#define Q2_ROW(r) (g->wr[r] + at)
     __m512i z[4];
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) { /* z[q] lane l: row 4 q + l's 16 code bytes (dwords i = 0..3) */
@@ -158,9 +156,9 @@ static inline __attribute__((always_inline)) __m512 q2_token(const __m512i e[16]
 }
 
 /* One row group against tn tokens (a constant after inlining), all blocks. */
-static inline __attribute__((always_inline)) void q2_group(int64_t nb, const q2_group_rows *g, int full,
-                                                           size_t stride, const uint8_t *packed, size_t tb,
-                                                           const int tn, int prefetch, __m512 acc[Q2_TOKS]) {
+static inline __attribute__((always_inline)) void q2_group(int64_t nb, const q2_group_rows *g, const uint8_t *packed,
+                                                           size_t tb, const int tn, int prefetch,
+                                                           __m512 acc[Q2_TOKS]) {
     for (int t = 0; t < tn; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         if (prefetch && g->next) { /* the next group's bytes: 16 rows x 18 bytes a block, 5 lines */
@@ -170,7 +168,7 @@ static inline __attribute__((always_inline)) void q2_group(int64_t nb, const q2_
         }
         __m512i e[16];
         __m512 dw;
-        q2_block(g, full, stride, b, e, &dw);
+        q2_block(g, b, e, &dw);
 #pragma GCC unroll 4
         for (int t = 0; t < tn; t++) acc[t] = q2_token(e, dw, packed + (size_t)t * tb, nb, b, acc[t]);
     }
@@ -188,20 +186,11 @@ static void q2_run(int64_t n, const void *w, size_t w_stride, int rows, const vo
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
             const int pf = t0 == 0; /* later passes find the rows in cache */
             __m512 acc[Q2_TOKS];
-            if (g.nr == Q2_ROWS) {
-                switch (tn) {
-                case 1: q2_group(nb, &g, 1, w_stride, p, tb, 1, pf, acc); break;
-                case 2: q2_group(nb, &g, 1, w_stride, p, tb, 2, pf, acc); break;
-                case 3: q2_group(nb, &g, 1, w_stride, p, tb, 3, pf, acc); break;
-                default: q2_group(nb, &g, 1, w_stride, p, tb, 4, pf, acc); break;
-                }
-            } else {
-                switch (tn) {
-                case 1: q2_group(nb, &g, 0, w_stride, p, tb, 1, pf, acc); break;
-                case 2: q2_group(nb, &g, 0, w_stride, p, tb, 2, pf, acc); break;
-                case 3: q2_group(nb, &g, 0, w_stride, p, tb, 3, pf, acc); break;
-                default: q2_group(nb, &g, 0, w_stride, p, tb, 4, pf, acc); break;
-                }
+            switch (tn) {
+            case 1: q2_group(nb, &g, p, tb, 1, pf, acc); break;
+            case 2: q2_group(nb, &g, p, tb, 2, pf, acc); break;
+            case 3: q2_group(nb, &g, p, tb, 3, pf, acc); break;
+            default: q2_group(nb, &g, p, tb, 4, pf, acc); break;
             }
             for (int t = 0; t < tn; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * out_stride + r0, keep, acc[t]);
         }
