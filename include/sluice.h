@@ -87,7 +87,12 @@ typedef struct sluice_model_params {
     /* ---- MTP speculative decoding (qwen4exp files with an MTP block) ---- */
     int mtp;                /* drafts per step the sessions reserve for: binds the MTP block and
                              * counts its experts in the plan; 0: off (the block is ignored) */
+    int mtp_vocab;          /* a draft chooses among the first mtp_vocab token ids and the
+                             * recent context's ids (docs/mtp.md); 0: SLUICE_MTP_VOCAB_DEFAULT,
+                             * negative: every id. The tokens never depend on it */
 } sluice_model_params;
+
+#define SLUICE_MTP_VOCAB_DEFAULT 32768
 
 sluice_model *sluice_model_load(const char *path, const sluice_model_params *params);
 /* Load from bytes that outlive the model (the embedded default model). */

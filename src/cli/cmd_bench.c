@@ -35,6 +35,7 @@ int cmd_bench(int argc, char **argv) {
     const char *prompts = "128,2048,8192,32768", *out_path = NULL;
     bench_params bp = {.n_gen = 128, .reps = 1, .seed = 42, .warmup = true};
     bool csv = false, no_warmup = false;
+    int mtp_vocab = SLUICE_MTP_VOCAB_DEFAULT;
     cli_opt opts[48];
     const cli_opt own[] = {
         {"--n-prompt", "-p", OPT_STR, &prompts, "LIST", "prompt lengths in tokens (default 128,2048,8192,32768; longer than the model's context: skipped)"},
@@ -48,6 +49,7 @@ int cmd_bench(int argc, char **argv) {
         {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the short untimed warmup run"},
         {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of up to N drafts (qwen4exp files with an MTP block; default 0: off), drafting only while it measures faster than plain steps; the evidence hashes equal the plain run's"},
         {"--mtp-always", NULL, OPT_FLAG, &bp.mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
+        {"--mtp-vocab", NULL, OPT_INT, &mtp_vocab, "N", "with --mtp: a draft chooses among the first N token ids and the context's recent ids (default 32768; 0: every id); the tokens never depend on it"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print one CSV row per run instead of the table"},
         {"--output", "-o", OPT_STR, &out_path, "FILE", "write the report to FILE instead of stdout"},
     };
@@ -103,7 +105,12 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "sluice bench: --mtp-always needs --mtp N\n");
         return 2;
     }
+    if (mtp_vocab < 0) {
+        fprintf(stderr, "sluice bench: --mtp-vocab takes 0 (every id) or a number of ids\n");
+        return 2;
+    }
     mp.mtp = bp.mtp;
+    mp.mtp_vocab = mtp_vocab == 0 ? -1 : mtp_vocab;
     if (po.plan) return cli_print_plan("bench", mo.path, &mp, po.json);
     bp.model_path = mo.path;
     bp.n_batch = mo.n_batch;

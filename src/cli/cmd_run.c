@@ -17,6 +17,7 @@
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL;
     int n_predict = 256, n_threads = 0, n_ctx = 0, n_batch = 0, mtp = 0;
+    int mtp_vocab = SLUICE_MTP_VOCAB_DEFAULT;
     bool no_special = false, ignore_eos = false, echo = false, verbose = false, mtp_always = false;
     sluice_sampler_params sp = sluice_sampler_defaults();
     uint64_t seed = SEED_RANDOM;
@@ -45,6 +46,7 @@ int cmd_run(int argc, char **argv) {
         {"--trace-routing", NULL, OPT_STR, &trace_path, "FILE", "write the experts chosen at every MoE call (docs/trace-format.md)"},
         {"--mtp", NULL, OPT_INT, &mtp, "N", "speculative decoding with the model's MTP block, up to N drafts per step, drafting only while it measures faster than plain steps (qwen4exp with an MTP block; greedy: needs --temp 0; default 0: off)"},
         {"--mtp-always", NULL, OPT_FLAG, &mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
+        {"--mtp-vocab", NULL, OPT_INT, &mtp_vocab, "N", "with --mtp: a draft chooses among the first N token ids and the context's recent ids (default 32768; 0: every id); the tokens never depend on it"},
     };
     cli_opt opts[64];
     int n_opts = (int)(sizeof base_opts / sizeof base_opts[0]);
@@ -81,7 +83,12 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
 
-    sluice_model_params mp = {.n_ctx = n_ctx, .n_batch = n_batch, .mtp = mtp};
+    if (mtp_vocab < 0) {
+        fprintf(stderr, "sluice run: --mtp-vocab takes 0 (every id) or a number of ids\n");
+        return 2;
+    }
+    sluice_model_params mp = {.n_ctx = n_ctx, .n_batch = n_batch, .mtp = mtp,
+                              .mtp_vocab = mtp_vocab == 0 ? -1 : mtp_vocab};
     if (!cli_plan_params("run", &po, &mp)) return 2;
     if (po.plan) return cli_print_plan("run", model, &mp, po.json);
     sluice_model *m = cli_load_model_params("run", model, &mp);

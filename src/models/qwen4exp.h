@@ -18,6 +18,7 @@
 #include "models/hybrid.h"
 
 #define Q4X_MAX_NGRAM 4   /* n-gram orders are 2..ngram_size; the model uses 3 */
+#define Q4X_MTP_SEEN 64   /* context ids a draft considers beyond its vocabulary */
 #define Q4X_MAX_HEADS 64  /* n-gram heads ((ngram_size - 1) * heads_per_ngram); the model 16 */
 
 /* One hyper-connection module: norm gamma [hc * n_embd] (F32), W_down [hc*n_embd -> low rank],
@@ -107,7 +108,11 @@ typedef struct q4x_state {
     float *mtp_chain;    /* a draft's exported residual, the next draft's input [hc * n_embd] */
     float *mtp_cat;      /* [n_batch * hc][2 * n_embd] eh_proj inputs */
     float *mtp_logits;   /* host [n_vocab] */
-    uint8_t *mtp_rows;   /* host: a draft's shortlisted rows of the output head */
+    uint8_t *mtp_rows;   /* host: a draft's candidate rows of the output head */
+    /* the context's most recent distinct ids at or past the drafts' vocabulary (mtp_vocab): a
+     * draft considers them too (qwen4exp_mtp.c, the drafts' head) */
+    int32_t mtp_seen[Q4X_MTP_SEEN];
+    int mtp_n_seen, mtp_seen_next;
     /* per-token checkpoints of the recurrent state of one forward pass (spec_begin) */
     int ck_cap, ck_n;    /* tokens they can hold; tokens of the pass being checkpointed (0: off) */
     float *ck_ple;       /* [ck_cap][ple_hist_len] */

@@ -39,6 +39,7 @@
 #include "models/qwen4exp.h"
 
 #define MTP_SHORTLIST 64 /* a draft's rows computed exactly (the drafts' head, below) */
+#define MTP_CANDIDATES (MTP_SHORTLIST + Q4X_MTP_SEEN)
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -115,13 +116,13 @@ bool mtp_state_alloc(const sluice_model *m, model_state *st) {
     xs->mtp_chain = state_alloc(be, W * F);
     xs->mtp_cat = state_alloc(be, B * (size_t)q->hc * 2 * E * F);
     xs->mtp_logits = malloc((size_t)hp->n_vocab * F);
-    if (q->mtp_draft_head.data && !(xs->mtp_rows = malloc(MTP_SHORTLIST * m->output.row_bytes))) return false;
+    xs->mtp_rows = malloc((size_t)MTP_CANDIDATES * m->output.row_bytes);
     xs->ck_tokens = malloc(C * sizeof(int32_t));
     xs->ck_cap = (int)C;
     H->ck_conv = state_alloc(be, (C - 1) * (size_t)H->n_rec * H->conv_len * F + F);
     H->ck_ssm = state_alloc(be, (C - 1) * (size_t)H->n_rec * H->ssm_len * F + F);
     bool ok = xs->mtp_h && xs->mtp_x && xs->mtp_chain && xs->mtp_cat && xs->mtp_logits &&
-              xs->ck_tokens && H->ck_conv && H->ck_ssm;
+              xs->mtp_rows && xs->ck_tokens && H->ck_conv && H->ck_ssm;
     if (ok && xs->ple_hist) {
         xs->ck_ple = state_alloc(be, (C - 1) * xs->ple_hist_len * F + F);
         ok = xs->ck_ple != NULL;
@@ -199,6 +200,8 @@ int mtp_forward(const sluice_model *m, model_state *st, backend *be, const float
     return mtp_block(m, st, be, h, next, n, pos0, logits ? MTP_LOGITS : MTP_KV, logits);
 }
 
+static void mtp_seen_add(const sluice_model *m, q4x_state *xs, int32_t id);
+
 int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_t *tokens, int n,
                int pos0) {
     q4x_state *xs = q4x_state_of(st);
@@ -208,6 +211,8 @@ int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_
         be_copy_rows(be, xs->mtp_h, W, xs->mtp_h + (size_t)xs->mtp_pend * W, W, 1, (int)W);
     be_copy_rows(be, xs->mtp_h + W, W, st->x, W, n, (int)W);
     xs->mtp_pend = n;
+    if (pos0 == 0) xs->mtp_n_seen = xs->mtp_seen_next = 0; /* a new sequence */
+    for (int i = 0; i < n; i++) mtp_seen_add(m, xs, tokens[i]);
     /* positions pos0 - 1 .. pos0 + n - 2, each with its next token */
     if (pos0 > 0) return mtp_forward(m, st, be, xs->mtp_h, tokens, n, pos0 - 1, NULL);
     return n > 1 ? mtp_forward(m, st, be, xs->mtp_h + W, tokens + 1, n - 1, 0, NULL) : 0;
@@ -216,26 +221,43 @@ int mtp_follow(const sluice_model *m, model_state *st, backend *be, const int32_
 /* ---- the drafts' head ---------------------------------------------------------------------
  * A draft needs the argmax of the block's logits only, and a wrong one costs a rejected draft,
  * never a wrong token (the verification decides). The shared output head is a draft's largest
- * read: at the 8-layer preset 521 MB of Q6_K, ~9.6 ms of a ~12 ms draft on two cores. So drafts
- * first score every row with a 2-bit copy of the head (Q2_0 without the scale search, made once
- * after the plan: 180 MB there), keep the MTP_SHORTLIST best, compute those rows exactly (the
- * head's own rows through the same kernel, so the same bits as the full product's) and take
- * their argmax, ties to the lower id as sluice_argmax. The draft equals the full head's
- * whenever that argmax is in the shortlist (test_qwen4exp_mtp compares them). Made only where
- * it pays: a head of more than 3 bits a value whose rows are whole Q2_0 blocks.
- * SLUICE_MTP_DRAFT_HEAD=full: drafts read the full head (measurement). */
+ * read (at the 8-layer preset 521 MB of Q6_K, ~9.6 ms of a ~12 ms draft on two cores), so a
+ * draft reads less of it in two ways:
+ *
+ * - Its vocabulary: the first mtp_vocab ids (SLUICE_MTP_VOCAB_DEFAULT, 32,768, of the preset's
+ *   248,320) and the context's most recent distinct ids past them (Q4X_MTP_SEEN, kept by
+ *   mtp_follow and mtp_draft). Byte-level BPE vocabularies number their tokens in merge order,
+ *   so the first ids are the most frequent ones; the context's ids cover the tokens a text
+ *   repeats. Draft heads over a ~32K frequent-token vocabulary are the practice of EAGLE-3 and
+ *   FR-Spec; what it costs in acceptance on real weights is unmeasured here (docs/mtp.md).
+ * - A 2-bit copy of those first rows (Q2_0 without the scale search, made once after the plan,
+ *   in the plan's fixed scratch) scores them; the MTP_SHORTLIST best and the context's ids are
+ *   then computed exactly (the head's own rows through the same kernel, so the same bits as the
+ *   full product's) and the draft is their argmax, ties to the lower id as sluice_argmax. The
+ *   draft equals the exact argmax over the vocabulary whenever that is in the shortlist
+ *   (test_qwen4exp_mtp compares them). The copy is made only where it pays: a head of more
+ *   than 3 bits a value whose rows are whole Q2_0 blocks; otherwise the first ids are scored
+ *   exactly.
+ * SLUICE_MTP_DRAFT_HEAD=full: no copy (measurement). */
+/* The drafts' vocabulary: the first ids a draft scores. */
+static int64_t draft_vocab(const sluice_model *m) {
+    const int64_t V = m->output.ne[1], want = m->params.mtp_vocab;
+    const int64_t n = want == 0 ? SLUICE_MTP_VOCAB_DEFAULT : want < 0 ? V : want;
+    return n < V ? n : V;
+}
+
 static bool draft_head_wanted(const sluice_model *m) {
     const tview *o = &m->output;
     const char *e = getenv("SLUICE_MTP_DRAFT_HEAD");
     if (e && !strcmp(e, "full")) return false;
-    if (!q4x_of(m)->mtp || !o->data || o->ne[0] % 64 != 0 || o->ne[1] <= MTP_SHORTLIST) return false;
+    if (!q4x_of(m)->mtp || !o->data || o->ne[0] % 64 != 0 || draft_vocab(m) <= MTP_SHORTLIST) return false;
     const quant_traits *qt = quant_traits_of(o->type);
     return qt && qt->dequantize && 8.0 * (double)o->row_bytes / (double)o->ne[0] > 3.0;
 }
 
 uint64_t mtp_draft_head_bytes(const sluice_model *m) {
     if (!draft_head_wanted(m)) return 0;
-    return (uint64_t)m->output.ne[1] * (uint64_t)(m->output.ne[0] / 64) * 18;
+    return (uint64_t)draft_vocab(m) * (uint64_t)(m->output.ne[0] / 64) * 18;
 }
 
 typedef struct draft_head_job {
@@ -267,14 +289,15 @@ bool mtp_draft_head_bind(sluice_model *m, char *err, size_t n) {
     const tview *o = &m->output;
     const uint64_t bytes = mtp_draft_head_bytes(m);
     if (!bytes || q->mtp_draft_head.data) return true;
-    const int64_t E = o->ne[0], V = o->ne[1];
+    const int64_t E = o->ne[0], V = draft_vocab(m);
     const size_t rb = (size_t)(E / 64) * 18;
     uint8_t *d = malloc((size_t)bytes);
     if (!d) {
         snprintf(err, n, "out of memory for the MTP draft head (%.1f MiB)", (double)bytes / 1048576.0);
         return false;
     }
-    /* ~2 s of one core for the 8-layer preset's 248,320 x 2,560 head: spread over the cores */
+    /* ~2 s of one core for the 8-layer preset's whole 248,320 x 2,560 head: spread over the
+     * cores */
     enum { MAX_THREADS = 16 };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
@@ -308,34 +331,58 @@ void mtp_draft_head_free(sluice_model *m) {
     q->mtp_draft_head.data = NULL;
 }
 
+/* Note a context token for the drafts: ids past the vocabulary, most recent distinct first out
+ * of a ring (the order never matters: candidates are sorted by id). */
+static void mtp_seen_add(const sluice_model *m, q4x_state *xs, int32_t id) {
+    if (id < draft_vocab(m) || id >= m->hp.n_vocab) return;
+    for (int i = 0; i < xs->mtp_n_seen; i++)
+        if (xs->mtp_seen[i] == id) return;
+    xs->mtp_seen[xs->mtp_seen_next] = id;
+    xs->mtp_seen_next = (xs->mtp_seen_next + 1) % Q4X_MTP_SEEN;
+    if (xs->mtp_n_seen < Q4X_MTP_SEEN) xs->mtp_n_seen++;
+}
+
+/* The k best of the n scores at s (NaN never enters): their ids into id, k returned. */
+static int top_scores(const float *s, int64_t n, int kmax, int32_t *id) {
+    float sc[MTP_SHORTLIST];
+    int k = 0, lo = 0;
+    for (int64_t v = 0; v < n; v++) {
+        if (k < kmax) {
+            if (!(s[v] == s[v])) continue;
+            id[k] = (int32_t)v;
+            sc[k++] = s[v];
+            if (k == kmax)
+                for (int i = 1; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
+        } else if (s[v] > sc[lo]) {
+            id[lo] = (int32_t)v;
+            sc[lo] = s[v];
+            for (int i = 0; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
+        }
+    }
+    return k;
+}
+
 /* The draft token from the head input x (host [n_embd]). */
 static int32_t mtp_draft_argmax(const sluice_model *m, model_state *st, backend *be, const float *x) {
     const q4x_model *q = q4x_of(m);
     q4x_state *xs = q4x_state_of(st);
-    const int V = m->hp.n_vocab;
-    if (!q->mtp_draft_head.data || !xs->mtp_rows) {
-        be_matmul(be, &m->output, x, 1, xs->mtp_logits);
-        return sluice_argmax(xs->mtp_logits, V);
+    const tview *o = &m->output;
+    const int64_t N = draft_vocab(m);
+    int32_t id[MTP_CANDIDATES];
+    float sc[MTP_CANDIDATES];
+    int k;
+    if (q->mtp_draft_head.data) { /* approximate scores of the vocabulary, the best kept */
+        be_matmul(be, &q->mtp_draft_head, x, 1, xs->mtp_logits);
+        k = top_scores(xs->mtp_logits, N, MTP_SHORTLIST, id);
+    } else { /* exact scores of the vocabulary: its best is a candidate (scored again below) */
+        const tview first = {.type = o->type, .ne = {o->ne[0], N, 1, 1}, .row_bytes = o->row_bytes,
+                             .mat_bytes = o->row_bytes * (size_t)N, .data = o->data, .name = o->name};
+        be_matmul(be, &first, x, 1, xs->mtp_logits);
+        k = 0;
+        if (N > 0) id[k++] = sluice_argmax(xs->mtp_logits, (int)N);
     }
-    be_matmul(be, &q->mtp_draft_head, x, 1, xs->mtp_logits);
-    /* the MTP_SHORTLIST best approximate scores (any order; NaN never enters) */
-    int32_t id[MTP_SHORTLIST];
-    float sc[MTP_SHORTLIST];
-    int k = 0, lo = 0;
-    for (int32_t v = 0; v < V; v++) {
-        const float s = xs->mtp_logits[v];
-        if (k < MTP_SHORTLIST) {
-            if (!(s == s)) continue;
-            id[k] = v;
-            sc[k++] = s;
-            if (k == MTP_SHORTLIST)
-                for (int i = 1; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
-        } else if (s > sc[lo]) {
-            id[lo] = v;
-            sc[lo] = s;
-            for (int i = 0; i < k; i++) lo = sc[i] < sc[lo] ? i : lo;
-        }
-    }
+    for (int i = 0; i < xs->mtp_n_seen; i++) id[k++] = xs->mtp_seen[i]; /* all >= N: distinct */
+    if (k == 0) return 0;
     /* in id order (the tie rule), their exact rows side by side, one product */
     for (int i = 1; i < k; i++)
         for (int j = i; j > 0 && id[j - 1] > id[j]; j--) {
@@ -343,7 +390,6 @@ static int32_t mtp_draft_argmax(const sluice_model *m, model_state *st, backend 
             id[j] = id[j - 1];
             id[j - 1] = t;
         }
-    const tview *o = &m->output;
     for (int i = 0; i < k; i++)
         memcpy(xs->mtp_rows + (size_t)i * o->row_bytes, (const uint8_t *)o->data + (size_t)id[i] * o->row_bytes,
                o->row_bytes);
@@ -353,7 +399,7 @@ static int32_t mtp_draft_argmax(const sluice_model *m, model_state *st, backend 
     int best = 0;
     for (int i = 1; i < k; i++)
         if (sc[i] > sc[best]) best = i;
-    return k > 0 ? id[best] : 0;
+    return id[best];
 }
 
 int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next, int pos,
@@ -375,6 +421,7 @@ int mtp_draft(const sluice_model *m, model_state *st, backend *be, int32_t next,
     const size_t W = (size_t)q->hc * m->hp.n_embd;
     const float *h = xs->mtp_h + (size_t)xs->mtp_pend * W; /* the trunk at pos - 1 */
     int32_t tok = next;
+    mtp_seen_add(m, xs, next);
     for (int j = 0; j < n_draft; j++) {
         if (mtp_block(m, st, be, h, &tok, 1, pos - 1 + j, MTP_HEAD_INPUT, NULL) != 0) return -1;
         drafts[j] = tok = mtp_draft_argmax(m, st, be, st->cur);

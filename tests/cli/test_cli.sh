@@ -98,6 +98,8 @@ expect_exit "bad --gpu-miss" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-miss may
 expect_exit "--gpu-miss without --gpu" 2 "$SLUICE" run -m "$Q4" -p hi --gpu-miss host
 expect_exit "--gpu-host-experts without --gpu-miss host" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-host-experts 2
 expect_exit "negative --gpu-host-experts" 2 "$SLUICE" run -m "$Q4" -p hi --gpu --gpu-miss host --gpu-host-experts -1
+expect_exit "negative --mtp-vocab" 2 "$SLUICE" run -m "$Q4" -p hi --mtp 1 --mtp-vocab -5
+expect_exit "negative --mtp-vocab (bench)" 2 "$SLUICE" bench -m "$Q4" --mtp 1 --mtp-vocab -5
 "$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 >"$work/res.txt" 2>/dev/null
 "$SLUICE" run -m "$Q4" -p "Hello" -n 12 --temp 0 --cache 5x --no-prefetch >"$work/str.txt" 2>/dev/null
 cmp -s "$work/res.txt" "$work/str.txt"; check "streamed run prints the resident text" $?

@@ -32,11 +32,17 @@
 
 static char g_path[4096], g_plain[4096];
 
-static sluice_model *load(const char *path, int mtp, sluice_mode mode, int cache_experts) {
+static sluice_model *load_vocab(const char *path, int mtp, sluice_mode mode, int cache_experts,
+                                int mtp_vocab) {
     static const char *ov[1] = {OVR};
     sluice_model_params mp = {.override_kv = ov, .n_override_kv = 1, .n_ctx = 128, .mtp = mtp,
-                              .mode = mode, .cache_experts = cache_experts, .n_batch = 8};
+                              .mode = mode, .cache_experts = cache_experts, .n_batch = 8,
+                              .mtp_vocab = mtp_vocab};
     return sluice_model_load(path, &mp);
+}
+
+static sluice_model *load(const char *path, int mtp, sluice_mode mode, int cache_experts) {
+    return load_vocab(path, mtp, mode, cache_experts, 0);
 }
 
 static int floor_slots(const sluice_model *m) {
@@ -280,6 +286,63 @@ static int32_t argmax(const float *x, int n) {
     return b;
 }
 
+/* The drafts' vocabulary (params.mtp_vocab): a model whose drafts choose among the first `best`
+ * ids, `best` being the full head's argmax of test_follow's draft (tok, in chunks of ch, then
+ * g). Its sessions note the context's ids at or past the vocabulary; its draft (the same head
+ * input, cur, so the same exact logits) is the argmax over the first ids and those; once `best`
+ * is among the noted ids, the draft is `best`. */
+static void test_draft_vocab(const int32_t *tok, int P, int ch, int32_t g, const float *cur,
+                             const float *logits, int32_t best) {
+    sluice_model *m = load_vocab(g_path, 1, SLUICE_MODE_RESIDENT, 0, best);
+    CHECKF(m != NULL, "%s", sluice_last_error());
+    if (!m) return;
+    const int E = m->hp.n_embd;
+    sluice_session_params sp = {.n_ctx = 32, .n_batch = 16, .n_threads = 2};
+    sluice_session *s = sluice_session_new(m, &sp);
+    CHECKF(s != NULL, "%s", sluice_last_error());
+    model_state *st = s ? session_model_state(s) : NULL;
+    q4x_state *xs = st ? q4x_state_of(st) : NULL;
+    for (int p0 = 0; s && p0 < P; p0 += ch)
+        CHECK(sluice_session_eval(s, tok + p0, P - p0 < ch ? P - p0 : ch, NULL) == 0);
+    /* the noted ids: the context's distinct ids >= best */
+    int want = 0, found = 0;
+    for (int i = 0; xs && i < P; i++) {
+        bool first = tok[i] >= best;
+        for (int j = 0; first && j < i; j++) first = tok[j] != tok[i];
+        if (!first) continue;
+        want++;
+        for (int j = 0; j < xs->mtp_n_seen; j++) found += xs->mtp_seen[j] == tok[i];
+    }
+    CHECKF(xs && xs->mtp_n_seen == want && found == want, "noted context ids: %d of %d (%d noted)",
+           found, want, xs ? xs->mtp_n_seen : -1);
+    int32_t d = -1, d2 = -1;
+    if (xs) {
+        CHECK(mtp_draft(m, st, session_backend(s), g, P, 1, &d) == 0);
+        CHECK(memcmp(st->cur, cur, sizeof(float) * (size_t)E) == 0);
+        /* the argmax over the allowed ids, ties to the lower id */
+        int32_t ref = -1;
+        for (int32_t v = 0; v < m->hp.n_vocab; v++) {
+            bool ok = v < best || v == g;
+            for (int i = 0; !ok && i < P; i++) ok = tok[i] == v;
+            if (ok && (ref < 0 || logits[v] > logits[ref])) ref = v;
+        }
+        printf("MTP draft over the first %d ids and the context's: %d (expected %d)\n", best, d, ref);
+        CHECK(d == ref);
+        bool in_context = g == best;
+        for (int i = 0; i < P; i++) in_context = in_context || tok[i] == best;
+        CHECKF(in_context || d != best, "the draft chose %d past its vocabulary", d);
+        /* a noted id is a candidate */
+        if (!in_context && xs->mtp_n_seen < Q4X_MTP_SEEN) {
+            xs->mtp_seen[xs->mtp_n_seen++] = best;
+            CHECK(mtp_draft(m, st, session_backend(s), g, P, 1, &d2) == 0);
+            printf("MTP draft with %d among the context's ids: %d\n", best, d2);
+            CHECK(d2 == best);
+        }
+    }
+    sluice_session_free(s);
+    sluice_model_free(m);
+}
+
 /* The block follows the trunk with its KV rows only (mtp_follow, a prompt in chunks): a draft
  * made on those rows must equal, bit for bit, the block's full forward over all the positions
  * in one batch (the engine is bit-identical across batch sizes), so the rows follow made are
@@ -324,6 +387,7 @@ static void test_follow(void) {
         /* the shortlisted draft is the full head's argmax */
         printf("MTP draft through the draft head: %d, the full head's argmax %d\n", d, argmax(draft, V));
         CHECK(same && d == argmax(draft, V));
+        test_draft_vocab(tok, P, CH, g, st->cur, draft, argmax(draft, V));
     }
     free(h), free(draft), free(full);
     sluice_session_free(s);
