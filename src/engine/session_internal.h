@@ -9,19 +9,25 @@
  * partial acceptance with it); NULL: the MTP block's own drafts. */
 typedef int32_t (*session_draft_fn)(void *ctx, int pos, int32_t proposed);
 
+/* The last SPEC_WINDOW steps of one kind: tokens and seconds of each, a ring. */
+#define SPEC_WINDOW 8
+typedef struct spec_window {
+    double sec[SPEC_WINDOW];
+    int tok[SPEC_WINDOW];
+    int n, next;
+} spec_window;
+
 /* Per-session state of speculative decoding. */
 typedef struct session_spec {
     float *logits;           /* [cap][n_vocab] of a verification pass */
     int cap;
     session_draft_fn hook;
     void *hook_ctx;
-    /* the adaptive policy (engine/speculative.c): tokens per second of drafted and of plain
-     * steps (exponential averages; 0: none measured yet), the plain steps left in the current
-     * pause, the length of the next pause, whether the next step must draft (a probe), and
-     * whether a drafted step has run (the first is not measured: it pays one-time costs) */
-    double rate_spec, rate_plain;
+    /* the adaptive policy (engine/speculative.c): the last drafted and plain steps, the plain
+     * steps left in the current pause, the length of the next pause, and whether a drafted step
+     * has run (the first is not measured: it pays one-time costs) */
+    spec_window drafted, plain;
     int pause, backoff;
-    bool probe;
     bool warm;
     bool always; /* SLUICE_SPEC_ALWAYS */
 } session_spec;

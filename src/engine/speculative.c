@@ -37,50 +37,75 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
 }
 
 /* ---- the adaptive policy -------------------------------------------------------------------
- * Measured, not modelled: tokens per second of drafted steps against plain ones, each an
- * exponential average (a new step weighs SPEC_RATE_WEIGHT). The first step drafts, the next is
- * plain (to have both rates); then a step drafts while the drafted rate is at least the plain
- * one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long, doubling up to
- * SPEC_PAUSE_MAX while drafting keeps losing; its end forces one drafted step (a probe), whose
- * rate replaces the stale average. With drafts that never hit, at most one step in
- * SPEC_PAUSE_MAX + 1 drafts. A session's first drafted step is not measured: it pays one-time
- * costs (the first pass of several tokens with every row's logits, the drafts' first touches):
- * 116-159 ms against 74-93 ms for the next ones on the 8-layer qwen4exp file, which sent the
- * policy into a pause of plain steps before its first probe
- * (bench/results/2026-12-02-cpu-q2-0-lanes.md). */
-#define SPEC_RATE_WEIGHT 0.25
+ * Measured, not modelled: tokens per second of drafted steps against plain ones. Each kind
+ * keeps its last SPEC_WINDOW steps; its rate is the mean tokens of a step over the median
+ * step time. The median, because the host's interference only ever adds time and comes in
+ * bursts: on the shared two-core VM a drafted step took 74 ms and, inside a burst, 2-3 times
+ * that, so an exponential average of rates (the policy until 2026-12-02) sent runs whose drafts
+ * paid 1.3-1.4x into pauses of 8-56 plain steps (bench/results/2026-12-02-mtp-vocab.md); a
+ * burst shorter than half the window leaves the median where it was, while a lasting change
+ * (drafts that stop hitting, a streamed model's misses) moves it within half a window.
+ *
+ * Drafting is judged once SPEC_JUDGE drafted steps are measured: the first steps draft, then one
+ * plain step measures the plain cost, then a step drafts while the drafted rate is at least the
+ * plain one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long, doubling up to
+ * SPEC_PAUSE_MAX while drafting keeps losing; its end forgets the drafted steps (stale), so the
+ * next SPEC_JUDGE steps draft and are judged afresh. With drafts that never hit, at most
+ * SPEC_JUDGE steps in SPEC_PAUSE_MAX + SPEC_JUDGE draft. A session's first drafted step is not
+ * measured: it pays one-time costs (the first pass of several tokens with every row's logits,
+ * the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the 8-layer
+ * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md). */
+#define SPEC_JUDGE 3
 #define SPEC_PAUSE_MIN 8
 #define SPEC_PAUSE_MAX 128
+
+static void spec_window_add(spec_window *w, int tokens, double seconds) {
+    w->sec[w->next] = seconds;
+    w->tok[w->next] = tokens;
+    w->next = (w->next + 1) % SPEC_WINDOW;
+    if (w->n < SPEC_WINDOW) w->n++;
+}
+
+/* Tokens per second: mean tokens over the median time (the lower middle of an even count). */
+static double spec_window_rate(const spec_window *w) {
+    double t[SPEC_WINDOW];
+    int tokens = 0;
+    for (int i = 0; i < w->n; i++) {
+        double v = w->sec[i];
+        int j = i;
+        for (; j > 0 && t[j - 1] > v; j--) t[j] = t[j - 1];
+        t[j] = v;
+        tokens += w->tok[i];
+    }
+    return (double)tokens / (double)w->n / t[(w->n - 1) / 2];
+}
 
 bool spec_policy_drafts(session_spec *sp) {
     if (sp->always) return true;
     if (sp->pause > 0) {
-        if (--sp->pause == 0) sp->probe = true;
+        if (--sp->pause == 0) sp->drafted.n = sp->drafted.next = 0; /* judged afresh */
         return false;
     }
-    if (sp->probe || sp->rate_spec == 0.0) return true;
-    if (sp->rate_plain == 0.0) return false; /* one plain step, for its rate */
-    if (sp->rate_spec >= sp->rate_plain) return true;
+    if (sp->drafted.n < SPEC_JUDGE) return true;
+    if (sp->plain.n == 0) return false; /* one plain step, for its cost */
+    if (spec_window_rate(&sp->drafted) >= spec_window_rate(&sp->plain)) {
+        sp->backoff = 0; /* it pays (again) */
+        return true;
+    }
     const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN;
     sp->backoff = 2 * len < SPEC_PAUSE_MAX ? 2 * len : SPEC_PAUSE_MAX;
     sp->pause = len - 1; /* this step is the pause's first */
-    if (sp->pause == 0) sp->probe = true;
+    if (sp->pause == 0) sp->drafted.n = sp->drafted.next = 0;
     return false;
 }
 
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds) {
     if (sp->always || seconds <= 0.0) return;
-    if (drafted && !sp->warm) { /* the first drafted step: rate_spec stays unmeasured */
+    if (drafted && !sp->warm) { /* the first drafted step: not measured */
         sp->warm = true;
         return;
     }
-    const double r = (double)tokens / seconds;
-    double *avg = drafted ? &sp->rate_spec : &sp->rate_plain;
-    *avg = *avg == 0.0 || (drafted && sp->probe) ? r : (1.0 - SPEC_RATE_WEIGHT) * *avg + SPEC_RATE_WEIGHT * r;
-    if (drafted) {
-        sp->probe = false;
-        if (sp->rate_plain != 0.0 && sp->rate_spec >= sp->rate_plain) sp->backoff = 0; /* it pays again */
-    }
+    spec_window_add(drafted ? &sp->drafted : &sp->plain, tokens, seconds);
 }
 
 static double spec_now(void) {
