@@ -44,7 +44,10 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * that, so an exponential average of rates (the policy until 2026-12-02) sent runs whose drafts
  * paid 1.3-1.4x into pauses of 8-56 plain steps (bench/results/2026-12-02-mtp-vocab.md); a
  * burst shorter than half the window leaves the median where it was, while a lasting change
- * (drafts that stop hitting, a streamed model's misses) moves it within half a window.
+ * (drafts that stop hitting, a streamed model's misses) moves it within half a window. The
+ * host's stalls came as pairs of slow steps about every 0.5 s (a slow step, then a half-slow
+ * one: step-timelines.txt there), so a judgement takes SPEC_JUDGE = 5 drafted steps, whose
+ * median a pair cannot move.
  *
  * Drafting is judged once SPEC_JUDGE drafted steps are measured: the first steps draft, then one
  * plain step measures the plain cost, then a step drafts while the drafted rate is at least the
@@ -55,7 +58,7 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * measured: it pays one-time costs (the first pass of several tokens with every row's logits,
  * the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the 8-layer
  * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md). */
-#define SPEC_JUDGE 3
+#define SPEC_JUDGE 5
 #define SPEC_PAUSE_MIN 8
 #define SPEC_PAUSE_MAX 128
 

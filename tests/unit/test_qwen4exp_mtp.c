@@ -29,6 +29,7 @@
 #define N_PROMPT 21
 #define N_GEN 24
 #define SPEC_TEST_PAUSE_MAX 128 /* speculative.c's SPEC_PAUSE_MAX */
+#define SPEC_TEST_JUDGE 5       /* speculative.c's SPEC_JUDGE */
 
 static char g_path[4096], g_plain[4096];
 
@@ -459,8 +460,10 @@ static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const
            (unsigned long long)ss.accepted, (unsigned long long)ss.drafted,
            ok ? "identical" : "DIFFERENT");
     CHECKF(ok, "%s, %d drafts, %d threads", label, n_draft, threads);
-    if (policy == SLUICE_SPEC_ADAPTIVE) { /* the first step drafts, the second is plain */
-        CHECKF(ss.drafted > 0 && ss.plain > 0, "adaptive: %llu drafted, %llu plain steps",
+    /* the first SPEC_JUDGE + 1 steps draft, then one is plain (unless the run ends first: the
+     * last step of a run, one token, has no room for a draft and is neither) */
+    if (policy == SLUICE_SPEC_ADAPTIVE) {
+        CHECKF(ss.drafted > 0 && (ss.plain > 0 || ss.steps <= SPEC_TEST_JUDGE + 2), "adaptive: %llu drafted, %llu plain steps",
                (unsigned long long)ss.drafted, (unsigned long long)ss.plain);
         free(rows);
         sluice_session_free(s);
@@ -502,18 +505,18 @@ static void test_policy(void) {
     int d = policy_run(&a, 1000, 1.4, 1.0);
     CHECKF(d == 999, "paying drafts: %d of 1000 steps drafted", d);
     /* drafting loses (no draft ever hits): pauses of 8, 16, ... 128 plain steps, each followed
-     * by SPEC_JUDGE (3) drafted steps judged afresh: the unmeasured first drafted step, 3
-     * measured, then about 10 pauses in 1000 steps */
+     * by SPEC_JUDGE (5) drafted steps judged afresh: the unmeasured first drafted step, 5
+     * measured, then about 10 pauses in 1000 steps (3 a judgement: 34) */
     session_spec b = {0};
     d = policy_run(&b, 1000, 0.8, 1.0);
-    CHECKF(d >= 25 && d <= 40, "losing drafts: %d of 1000 steps drafted", d);
+    CHECKF(d >= 40 && d <= 65, "losing drafts: %d of 1000 steps drafted", d);
     const int losing = d;
     /* drafting starts to pay (the text turned predictable): back within one longest pause */
     int late = policy_run(&b, 200, 1.5, 1.0);
-    CHECKF(late >= 200 - SPEC_TEST_PAUSE_MAX - 3, "recovering: %d of 200 steps drafted", late);
+    CHECKF(late >= 200 - SPEC_TEST_PAUSE_MAX - SPEC_TEST_JUDGE, "recovering: %d of 200 steps drafted", late);
     /* and stops again when it loses, once half the window's steps lose (5 of 8), then pauses */
     d = policy_run(&b, 200, 0.5, 1.0);
-    CHECKF(d <= 20, "losing again: %d of 200 steps drafted", d);
+    CHECKF(d <= 25, "losing again: %d of 200 steps drafted", d);
     /* a first drafted step slowed by one-time costs is not measured: no pause before the
      * drafts that pay (measured, it would start a pause of 8 plain steps) */
     session_spec w = {0};
