@@ -323,7 +323,7 @@ static bool parse_tensor_infos(cursor *c, gguf_file *f) {
         if (!rd_u32(c, &t->type, t->name) || !rd_u64(c, &t->offset, t->name)) return false;
 
         const quant_traits *qt = quant_traits_of(t->type);
-        if (!qt) {
+        if (!qt || t->type == SLUICE_TYPE_Q6_K_R16) { /* R16: a load-time layout, never in a file */
             fail(c, "tensor '%s': unknown ggml type %u", t->name, t->type);
             return false;
         }

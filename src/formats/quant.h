@@ -90,10 +90,14 @@ enum sluice_type {
     SLUICE_TYPE_FIRST = 100,
     SLUICE_TYPE_MLX_BEFORE_ = SLUICE_TYPE_FIRST - 1,
     QUANT_MLX_VARIANTS(QUANT_MLX_ENUM_)
+    SLUICE_TYPE_MLX_END_,
+    SLUICE_TYPE_Q6_K_R16 = SLUICE_TYPE_MLX_END_, /* sixteen Q6_K rows interleaved (quant_q6k_r16.c):
+                                                  * made at load time, refused in files */
     SLUICE_TYPE_END, /* one past the largest type id of any kind (ggml's or sluice's) */
 };
 #undef QUANT_MLX_ENUM_
 #define QUANT_TYPE_LIMIT ((uint32_t)SLUICE_TYPE_END) /* arrays indexed by any type id */
+#define QUANT_MLX_LIMIT ((uint32_t)SLUICE_TYPE_MLX_END_) /* one past the last MLX type */
 
 /* Decode n values (n a multiple of block_elems) from src into dst. */
 typedef void (*quant_dequantize_fn)(const void *src, float *dst, int64_t n);
@@ -223,6 +227,17 @@ void quant_quantize_q2_0(const float *src, void *dst, int64_t n);
  * (that value then has code 2, exactly). Coarser than quant_quantize_q2_0 and ~30x faster: for
  * copies made at load time where only an approximation is wanted (the MTP draft head). */
 void quant_quantize_q2_0_fast(const float *src, void *dst, int64_t n);
+
+/* Q6_K_R16 (quant_q6k_r16.c): sixteen Q6_K rows of n values in one group of 16 * 210 * n / 256
+ * bytes, the layout of a rows-in-lanes kernel; a product gives quant_dot_q6_k's bits. Made at
+ * load time from a Q6_K matrix whose rows come in whole groups (the MTP verification head). */
+#define QUANT_R16_ROWS 16
+/* Interleave the 16 rows at rows (row_bytes apart) into group. */
+void quant_repack_q6_k_r16(const void *rows, size_t row_bytes, void *group, int64_t n);
+/* out[r] = quant_dot_q6_k(n, row r of the group, a) for r < 16 (a: one Q8_K row). */
+void quant_dot_q6_k_r16(int64_t n, const void *group, const void *a, float out[QUANT_R16_ROWS]);
+/* The 256 unsigned codes (q + 32, 0..63) of one Q6_K block. */
+void quant_q6_k_codes(const void *block, uint8_t codes[256]);
 float quant_dot_q2_0(int64_t n, const void *w, const void *a);
 
 /* MLX affine quantization (quant_mlx.c), every variant of QUANT_MLX_VARIANTS. The activation

@@ -529,6 +529,12 @@ static void q6k_unpack(const uint8_t *b, int8_t *q) {
             }
 }
 
+void quant_q6_k_codes(const void *block, uint8_t codes[256]) {
+    int8_t q[QK_K];
+    q6k_unpack(block, q);
+    for (int i = 0; i < QK_K; i++) codes[i] = (uint8_t)(q[i] + 32);
+}
+
 void quant_dequantize_q6_k(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     for (int64_t blk = 0; blk < n / QK_K; blk++, b += 210, dst += QK_K) {

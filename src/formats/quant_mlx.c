@@ -156,7 +156,7 @@ static const struct {
 };
 
 bool quant_mlx_params(uint32_t type, int *bits, int *group, bool *bf16_scales) {
-    if (type < SLUICE_TYPE_FIRST || type >= QUANT_TYPE_LIMIT) return false;
+    if (type < SLUICE_TYPE_FIRST || type >= QUANT_MLX_LIMIT) return false;
     const size_t i = type - SLUICE_TYPE_FIRST;
     if (i >= sizeof mlx_params / sizeof mlx_params[0]) return false;
     if (bits) *bits = mlx_params[i].bits;

@@ -72,6 +72,8 @@ static const quant_traits traits_table[GGML_TYPE_COUNT] = {
     {#UPPER, group, 4 + (group) * (bits) / 8, true, CODEC(lower), GGML_TYPE_Q8_0},
 static const quant_traits sluice_table[QUANT_TYPE_LIMIT - SLUICE_TYPE_FIRST] = {
     QUANT_MLX_VARIANTS(MLX_ENTRY_)
+    /* no codec: only the CPU backend's tile multiplies it (a group, not a row, is its unit) */
+    [SLUICE_TYPE_Q6_K_R16 - SLUICE_TYPE_FIRST] = {"Q6_K_R16", 256, 210, true, NO_CODEC, GGML_TYPE_Q8_K},
 };
 #undef MLX_ENTRY_
 

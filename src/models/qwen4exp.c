@@ -155,7 +155,7 @@ static int qwen4exp_load(sluice_model *m, char *err, size_t n) {
  * m->plan.ngram_resident and the cache size). */
 static int qwen4exp_bind(sluice_model *m, char *err, size_t n) {
     const q4x_model *q = q4x_of(m);
-    if (!mtp_draft_head_bind(m, err, n)) return -1;
+    if (!mtp_draft_head_bind(m, err, n) || !mtp_verify_head_bind(m, err, n)) return -1;
     if (q->ple_layer < 0) return 0;
     const uint64_t rows = (uint64_t)q->table.ne[1], rb = q->table.row_bytes;
     if (m->plan.ngram_resident || !m->path) {
@@ -471,7 +471,7 @@ static void output_logits(const sluice_model *m, model_state *st, backend *be, c
                           int n_out, float *logits) {
     const size_t V = (size_t)m->hp.n_vocab;
     if (be->host_memory) {
-        be_matmul(be, &m->output, rows, n_out, logits);
+        be_matmul(be, mtp_head_for(m, n_out), rows, n_out, logits);
         return;
     }
     for (int r0 = 0; r0 < n_out; r0 += STATE_LOGIT_ROWS) {

@@ -61,6 +61,9 @@ typedef struct q4x_model {
     /* the drafts' shortlisting head: the output head as Q2_0 (qwen4exp_mtp.c mtp_draft_head_bind);
      * data NULL where drafts read the full head */
     tview mtp_draft_head;
+    /* the verification passes' head: the output head as Q6_K_R16 (mtp_verify_head_bind); data
+     * NULL where they read the output head itself */
+    tview mtp_verify_head;
 } q4x_model;
 
 /* Called for every token of a QSA layer with the positions it attends to (NULL, -1: dense). */
@@ -139,6 +142,11 @@ bool mtp_load(sluice_model *m, char *err, size_t n);
 uint64_t mtp_draft_head_bytes(const sluice_model *m);
 bool mtp_draft_head_bind(sluice_model *m, char *err, size_t n);
 void mtp_draft_head_free(sluice_model *m);
+/* The verification head (the output head's rows interleaved for the few-token kernel): made
+ * after a resident plan when the plan's headroom holds it (false: out of memory, err set), and
+ * the head a product of n rows reads. */
+bool mtp_verify_head_bind(sluice_model *m, char *err, size_t n);
+const tview *mtp_head_for(const sluice_model *m, int n);
 /* Session memory of the MTP and of the checkpoints, in bytes (0 without MTP). */
 uint64_t mtp_state_bytes(const sluice_model *m, int n_ctx);
 bool mtp_state_alloc(const sluice_model *m, model_state *st);

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "engine/error.h"
 #include "formats/quant.h"
@@ -329,6 +330,90 @@ void mtp_draft_head_free(sluice_model *m) {
     if (!q) return;
     free((void *)q->mtp_draft_head.data);
     q->mtp_draft_head.data = NULL;
+    free((void *)q->mtp_verify_head.data);
+    q->mtp_verify_head.data = NULL;
+}
+
+/* ---- the verification head -----------------------------------------------------------------
+ * A verification pass multiplies the output head by its 2-4 tokens. Stored row by row, a Q6_K
+ * head's few-token product is compute-bound (kernels_avx512_krows.c: ~25% of a drafted step on
+ * the 8-layer preset, at twice the one-token time); its rows interleaved by sixteen
+ * (formats/quant_q6k_r16.c) are multiplied with each row in a lane of its own, at the memory's
+ * speed. Same bits (the tile computes quant_dot_q6_k's sums). A second copy of the head (521 MB
+ * at the 8-layer preset), so only on a resident plan whose headroom (budget - total - reserve)
+ * holds it; streamed plans give the memory to the expert cache. SLUICE_MTP_VERIFY_HEAD=off:
+ * none (measurement). Products of 2 to MTP_VERIFY_MAX rows read it; one row (plain decoding)
+ * reads the output head, as without MTP. */
+#define MTP_VERIFY_MAX 8
+
+static bool verify_head_wanted(const sluice_model *m) {
+    const tview *o = &m->output;
+    const char *e = getenv("SLUICE_MTP_VERIFY_HEAD");
+    if (e && !strcmp(e, "off")) return false;
+    if (!q4x_of(m)->mtp || !o->data || o->type != GGML_TYPE_Q6_K || o->ne[0] % 256 != 0 ||
+        o->ne[1] % QUANT_R16_ROWS != 0 || m->plan.mode != SLUICE_MODE_RESIDENT || m->plan.gpu ||
+        !backend_cpu_type_vectorized(SLUICE_TYPE_Q6_K_R16))
+        return false;
+    const uint64_t bytes = (uint64_t)o->row_bytes * (uint64_t)o->ne[1];
+    return m->plan.budget > m->plan.total + m->plan.reserve + bytes;
+}
+
+typedef struct verify_head_job {
+    const tview *o;
+    uint8_t *dst;
+    int64_t g0, g1; /* groups */
+} verify_head_job;
+
+static void *verify_head_groups(void *arg) {
+    verify_head_job *j = arg;
+    const size_t rb = j->o->row_bytes, gb = rb * QUANT_R16_ROWS;
+    for (int64_t g = j->g0; g < j->g1; g++)
+        quant_repack_q6_k_r16((const uint8_t *)j->o->data + (size_t)g * gb, rb, j->dst + (size_t)g * gb, j->o->ne[0]);
+    return NULL;
+}
+
+bool mtp_verify_head_bind(sluice_model *m, char *err, size_t n) {
+    q4x_model *q = q4x_of(m);
+    const tview *o = &m->output;
+    if (q->mtp_verify_head.data || !verify_head_wanted(m)) return true;
+    const size_t bytes = o->row_bytes * (size_t)o->ne[1];
+    /* in 2 MiB pages where the kernel gives them (transparent huge pages, madvise mode): in 4
+     * KiB pages the copy's drafted steps stalled for 100-300 ms every few steps on the test VM
+     * (TPOT p95 80-263 ms against 30-39 in huge pages, same runs alternating;
+     * bench/results/2026-12-02-mtp-vocab.md) */
+    const size_t huge = (size_t)2 << 20, span = (bytes + huge - 1) / huge * huge;
+    void *p = NULL;
+    uint8_t *d = posix_memalign(&p, huge, span) == 0 ? p : NULL;
+    if (d) (void)madvise(d, span, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+    if (!d) {
+        snprintf(err, n, "out of memory for the MTP verification head (%.1f MiB)", (double)bytes / 1048576.0);
+        return false;
+    }
+    enum { MAX_THREADS = 16 };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    const int64_t G = o->ne[1] / QUANT_R16_ROWS;
+    verify_head_job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int t = 0; t < nth; t++) {
+        jobs[t] = (verify_head_job){.o = o, .dst = d, .g0 = G * t / nth, .g1 = G * (t + 1) / nth};
+        started[t] = t > 0 && pthread_create(&th[t], NULL, verify_head_groups, &jobs[t]) == 0;
+    }
+    for (int t = 0; t < nth; t++)
+        if (!started[t]) verify_head_groups(&jobs[t]);
+    for (int t = 0; t < nth; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+    q->mtp_verify_head = *o;
+    q->mtp_verify_head.type = SLUICE_TYPE_Q6_K_R16;
+    q->mtp_verify_head.data = d;
+    q->mtp_verify_head.name = "mtp verification head";
+    return true;
+}
+
+const tview *mtp_head_for(const sluice_model *m, int n) {
+    const q4x_model *q = q4x_of(m);
+    return q->mtp_verify_head.data && n >= 2 && n <= MTP_VERIFY_MAX ? &q->mtp_verify_head : &m->output;
 }
 
 /* Note a context token for the drafts: ids past the vocabulary, most recent distinct first out

@@ -437,6 +437,51 @@ static void check_f32_passes(rng *r, kernel_isa isa) {
     }
 }
 
+/* The Q6_K_R16 tile (16 Q6_K rows interleaved, formats/quant_q6k_r16.c) against quant_dot_q6_k
+ * on the rows it was made from, bit for bit: 1-9 tokens (its passes of 4), 1-3 groups, split
+ * into the groups' shares as the backend splits them, and the reference product of a group. */
+static void check_q6k_r16(rng *r, kernel_isa isa) {
+    enum { KMAX = 768, GMAX = 3, TMAX = 9 };
+    static float x[KMAX];
+    static uint8_t w[GMAX * 16 * 630], g[GMAX * 16 * 630], a[TMAX * 3 * 292];
+    static float out[TMAX * GMAX * 16];
+    const kernel_tile *tile = kernel_tile_of(SLUICE_TYPE_Q6_K_R16);
+    CHECKF(tile && tile->row_group == 16 && tile->min_toks == 1, "%s: no Q6_K_R16 tile", kernel_isa_name(isa));
+    if (!tile) return;
+    for (int toks = 1; toks <= TMAX; toks++)
+        for (int groups = 1; groups <= GMAX; groups++) {
+            const int64_t n = 256 * (1 + (int64_t)(rnd(r) % 3));
+            const int rows = 16 * groups;
+            const size_t ws = quant_row_bytes(GGML_TYPE_Q6_K, n), as = quant_row_bytes(GGML_TYPE_Q8_K, n);
+            for (int i = 0; i < rows; i++) rnd_weights(r, GGML_TYPE_Q6_K, w + i * ws, n, x);
+            for (int k = 0; k < groups; k++) quant_repack_q6_k_r16(w + (size_t)k * 16 * ws, ws, g + (size_t)k * 16 * ws, n);
+            for (int i = 0; i < toks; i++) {
+                rnd_floats(r, x, n, 256);
+                quant_traits_of(GGML_TYPE_Q8_K)->quantize(x, a + i * as, n);
+            }
+            uint8_t *packed = aligned_alloc(64, (tile->packed_bytes(n, toks) + 63) / 64 * 64);
+            tile->pack(n, a, as, toks, 0, toks, packed);
+            /* the first group alone, then the rest: a thread's share starts at a group */
+            tile->run(n, g, ws, 16, packed, toks, out, (size_t)rows);
+            if (groups > 1) tile->run(n, g + 16 * ws, ws, rows - 16, packed, toks, out + 16, (size_t)rows);
+            CHECK_CLEAN(isa, "tile run", "Q6_K_R16");
+            for (int k = 0; k < toks; k++) {
+                float ref16[16];
+                for (int gi = 0; gi < groups; gi++) {
+                    quant_dot_q6_k_r16(n, g + (size_t)gi * 16 * ws, a + k * as, ref16);
+                    for (int i = 16 * gi; i < 16 * gi + 16; i++) {
+                        const float ref = quant_dot_q6_k(n, w + i * ws, a + k * as), got = out[k * rows + i];
+                        n_checks += 2;
+                        CHECKF(fbits(ref) == fbits(got) && fbits(ref) == fbits(ref16[i - 16 * gi]),
+                               "%s Q6_K_R16 n=%lld groups %d toks %d: r%d t%d %.9g vs %.9g (group reference %.9g)",
+                               kernel_isa_name(isa), (long long)n, groups, toks, i, k, got, ref, ref16[i - 16 * gi]);
+                    }
+                }
+            }
+            free(packed);
+        }
+}
+
 int main(void) {
     xinuse_init();
     kernel_isa best = kernel_isa_best();
@@ -450,6 +495,7 @@ int main(void) {
         check_encoders(&r, isa);
         check_dots(&r, isa);
         check_tile_splits(&r, isa);
+        check_q6k_r16(&r, isa);
         check_attention(&r, isa);
         check_f32_passes(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);

@@ -87,8 +87,8 @@ static void test_traits(void) {
     CHECK(n == 36);
     CHECK(quant_mlx_type(7, 64, false) == -1 && quant_mlx_type(4, 16, false) == -1);
     CHECK(!quant_mlx_params(GGML_TYPE_Q4_K, NULL, NULL, NULL));
-    CHECK(quant_traits_of(99) == NULL && quant_traits_of(136) == NULL);
-    CHECK(QUANT_TYPE_LIMIT == 136);
+    CHECK(quant_traits_of(99) == NULL && quant_traits_of(137) == NULL);
+    CHECK(QUANT_MLX_LIMIT == 136 && QUANT_TYPE_LIMIT == 137); /* and sluice's Q6_K_R16 */
 }
 
 /* Unpack: hand-packed blocks with scale 1, bias 0 decode to the codes themselves; scale 2, bias
@@ -143,7 +143,7 @@ static void test_packing(void) {
 
 /* Random bytes with finite scales: every element within 1 float ulp of the double reference. */
 static void test_dequantize_random(void) {
-    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_TYPE_LIMIT; id++) {
+    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_MLX_LIMIT; id++) {
         int b, g;
         bool bf;
         quant_mlx_params(id, &b, &g, &bf);
@@ -191,7 +191,7 @@ static void test_quantize(void) {
     const int n = 8192;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *q = malloc((size_t)n * 2);
-    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_TYPE_LIMIT; id++) {
+    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_MLX_LIMIT; id++) {
         int b, g;
         bool bf;
         quant_mlx_params(id, &b, &g, &bf);
@@ -244,7 +244,7 @@ static void test_dot(void) {
     float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *ad = malloc(n * sizeof *ad);
     uint8_t *act = malloc((size_t)n / 32 * 34), *wq = malloc((size_t)n * 2);
     const quant_traits *q8 = quant_traits_of(GGML_TYPE_Q8_0);
-    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_TYPE_LIMIT; id++) {
+    for (uint32_t id = SLUICE_TYPE_FIRST; id < QUANT_MLX_LIMIT; id++) {
         int b, g;
         bool bf;
         quant_mlx_params(id, &b, &g, &bf);

@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "engine/session_internal.h"
+#include "formats/quant.h"
 #include "models/qwen4exp.h"
 #include "sluice.h"
 #include "tools/synth.h"
@@ -609,6 +610,36 @@ int main(void) {
         }
         sluice_model_free(m);
     }
+    /* 4. the verification head: a Q6_K output head (Q4_K_M) is interleaved by sixteen rows on a
+     * resident plan and verification passes of 2-4 tokens read it; the same tokens and rows as
+     * plain greedy decoding of the same file (its MTP block ignored); none on a streamed plan */
+    free(g_rows);
+    g_rows = NULL;
+    char q4[4096];
+    snprintf(q4, sizeof q4, "%s/mtp-qwen4exp-tiny-Q4_K_M.gguf", SLUICE_TEST_WORK);
+    synth_options o3 = o;
+    o3.type = "Q4_K_M";
+    o3.out = q4;
+    CHECKF(synth_run(&o3, NULL, err, sizeof err) == 0, "%s", err);
+    snprintf(g_plain, sizeof g_plain, "%s", q4);
+    plain_greedy();
+    sluice_model *mq = g_rows ? load(q4, 3, SLUICE_MODE_RESIDENT, 0) : NULL;
+    /* made where the CPU multiplies Q6_K_R16 with a vectorized kernel (AVX-512 here) */
+    const bool fast = backend_cpu_type_vectorized(SLUICE_TYPE_Q6_K_R16);
+    CHECKF(mq && mq->output.type == GGML_TYPE_Q6_K && (q4x_of(mq)->mtp_verify_head.data != NULL) == fast,
+           "the Q4_K_M model's verification head: %s", mq ? "made where it should not be, or not made" : sluice_last_error());
+    if (!fast) printf("no vectorized Q6_K_R16 kernel at this level: no verification head\n");
+    if (mq) {
+        oracle all = {0}, fourth = {4};
+        for (int n = 1; n <= 3; n++) {
+            spec_run(mq, n, 2, &all, "Q4_K_M verification head, true drafts", SLUICE_SPEC_ALWAYS);
+            spec_run(mq, n, 1, &fourth, "Q4_K_M verification head, 4th wrong", SLUICE_SPEC_ALWAYS);
+        }
+    }
+    sluice_model_free(mq);
+    sluice_model *ms = load(q4, 3, SLUICE_MODE_STREAM, 0);
+    CHECKF(ms && q4x_of(ms)->mtp_verify_head.data == NULL, "a streamed plan made the verification head");
+    sluice_model_free(ms);
     free(g_rows);
     CHECK_DONE();
 }

@@ -55,6 +55,31 @@ static void detect(void) {
 static void detect(void) {}
 #endif
 
+/* ---- Q6_K_R16, the scalar tile: the reference product of each group, token by token ---- */
+
+static size_t r16_ref_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)(n / 256) * 292; }
+
+static void r16_ref_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
+    (void)toks;
+    const size_t row = (size_t)(n / 256) * 292;
+    for (int t = t0; t < t1; t++) memcpy((uint8_t *)dst + (size_t)t * row, (const uint8_t *)a + (size_t)t * a_stride, row);
+}
+
+static void r16_ref_run(int64_t n, const void *w, size_t w_stride, int rows, const void *packed, int toks,
+                        float *out, size_t out_stride) {
+    const size_t row = (size_t)(n / 256) * 292;
+    for (int g = 0; g < rows / QUANT_R16_ROWS; g++) {
+        const uint8_t *grp = (const uint8_t *)w + (size_t)g * QUANT_R16_ROWS * w_stride;
+        for (int t = 0; t < toks; t++) {
+            float v[QUANT_R16_ROWS];
+            quant_dot_q6_k_r16(n, grp, (const uint8_t *)packed + (size_t)t * row, v);
+            memcpy(out + (size_t)t * out_stride + (size_t)g * QUANT_R16_ROWS, v, sizeof v);
+        }
+    }
+}
+
+static const kernel_tile r16_ref_tile = {r16_ref_bytes, r16_ref_pack, r16_ref_run, 1, QUANT_R16_ROWS};
+
 static void init(void) {
     kernel_set *s = &sets[KERNEL_ISA_SCALAR];
     for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
@@ -63,6 +88,7 @@ static void init(void) {
         s->dot[t] = qt->dot;
         s->quantize[t] = qt->quantize;
     }
+    s->tile[SLUICE_TYPE_Q6_K_R16] = &r16_ref_tile;
     s->attn = kernel_attn_ref;
     s->dot_f32 = kernel_dot_f32_ref;
     s->decay_dot = kernel_decay_dot_ref;
@@ -151,7 +177,7 @@ quant_quantize_fn kernel_quantize(uint32_t act_type) {
 
 const kernel_tile *kernel_tile_of(uint32_t type) {
     ensure_init();
-    return type < GGML_TYPE_COUNT ? sets[cur_isa].tile[type] : NULL;
+    return type < QUANT_TYPE_LIMIT ? sets[cur_isa].tile[type] : NULL;
 }
 
 kernel_attn_fn kernel_attn(void) {

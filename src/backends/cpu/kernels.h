@@ -46,6 +46,9 @@ typedef struct kernel_tile {
     /* the fewest tokens at which the tile beats the loop over dots (0: the backend's default);
      * 1 where packing pays even for one token (Q2_0) */
     int min_toks;
+    /* rows come in groups of this many (a thread's rows start at a multiple; 0: 4); types whose
+     * unit is a group of rows (Q6_K_R16: 16) have no dot, so their min_toks is 1 */
+    int row_group;
 } kernel_tile;
 
 /* Causal attention of one query position for G query heads that share one KV head, over
@@ -118,7 +121,7 @@ typedef struct kernel_set {
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     kernel_terms_fn terms[GGML_TYPE_COUNT]; /* NULL: kernel_block_terms loops over dot */
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */
-    const kernel_tile *tile[GGML_TYPE_COUNT];
+    const kernel_tile *tile[QUANT_TYPE_LIMIT]; /* sluice's Q6_K_R16 too */
 } kernel_set;
 
 /* Per-level registration, implemented in kernels_avx2.c / kernels_avx512.c (x86-64 only). */
@@ -128,6 +131,7 @@ void kernels_register_avx512_q2_0(kernel_set *ks); /* kernels_avx512_q2_0.c */
 void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */
 void kernels_register_avx512_float(kernel_set *ks); /* kernels_avx512_float.c */
 void kernels_register_avx512_krows(kernel_set *ks); /* kernels_avx512_krows.c: wraps the K-quant tiles */
+void kernels_register_avx512_q6k_r16(kernel_set *ks); /* kernels_avx512_q6k_r16.c */
 
 const char *kernel_isa_name(kernel_isa isa);
 /* The best level this CPU and OS support. */

@@ -1027,7 +1027,7 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                            float *out, size_t os) {                                                     \
         byte_tile_run(n, w, ws, rows, packed, toks, out, os, kind, mullo);                              \
     }                                                                                                   \
-    static const kernel_tile name = {packed_bytes, pack, name##_run, min_toks};
+    static const kernel_tile name = {packed_bytes, pack, name##_run, min_toks, 0};
 BYTE_TILE(tile_q4_k8, BYTE_Q4_K, 0, q8k_packed_bytes8, q8k_pack8, 0)
 BYTE_TILE(tile_q4_k8m, BYTE_Q4_K, 1, q8k_packed_bytes8, q8k_pack8, BYTE_TILE_MIN_TOKS)
 BYTE_TILE(tile_q5_k8, BYTE_Q5_K, 1, q8k_packed_bytes8, q8k_pack8, BYTE_TILE_MIN_TOKS)
@@ -1041,7 +1041,7 @@ BYTE_TILE(tile_iq4_xs8, BYTE_IQ4_XS, 1, q6_packed_bytes, q6_pack, BYTE_TILE_MIN_
                            int toks, float *out, size_t os) {                                     \
         kq_run(&kt, n, w, ws, rows, packed, toks, out, os);                                        \
     }                                                                                              \
-    static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run, 0};
+    static const kernel_tile name = {q8k_packed_bytes, q8k_pack, name##_run, 0, 0};
 KQ_TILE(tile_q2_k, kq_q2_k)
 KQ_TILE(tile_q3_k, kq_q3_k)
 KQ_TILE(tile_q6_k, kq_q6_k)
@@ -1309,6 +1309,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
     kernels_register_avx512_krows(ks); /* Q4_K, Q5_K, Q6_K: rows in lanes for a few tokens */
     kernels_register_avx512_q2_0(ks);
+    kernels_register_avx512_q6k_r16(ks);
     kernels_register_avx512_b32(ks);
     ks->dot[GGML_TYPE_Q2_K] = dot_q2_k_512;
     ks->dot[GGML_TYPE_Q3_K] = dot_q3_k_512;

@@ -234,7 +234,7 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
                            float *out, size_t out_stride) {                                                  \
         b32_run(KIND, n, w, w_stride, rows, packed, toks, out, out_stride);                                 \
     }                                                                                                        \
-    static const kernel_tile NAME = {b32_packed_bytes, NAME##_pack, NAME##_run, 1};
+    static const kernel_tile NAME = {b32_packed_bytes, NAME##_pack, NAME##_run, 1, 0};
 
 /* Used from one token on (kernels.h: min_toks). One-token products, bench_kernels --mb 512, two
  * threads from DRAM: Q4_0, Q5_0, IQ4_NL, MXFP4 18.0-19.9 -> 41.1-46.7 GB/s (their dots were

@@ -119,7 +119,7 @@ static inline __attribute__((always_inline)) void flt_run(const int kind, int64_
                            float *out, size_t os) {                                                          \
         flt_run(KIND, n, w, ws, rows, packed, toks, out, os);                                               \
     }                                                                                                        \
-    static const kernel_tile NAME = {flt_packed_bytes, NAME##_pack, NAME##_run, 0};
+    static const kernel_tile NAME = {flt_packed_bytes, NAME##_pack, NAME##_run, 0, 0};
 
 /* From the backend's default token count on (kernels.h: min_toks): one token is the dot's,
  * which reads at the memory's speed. */

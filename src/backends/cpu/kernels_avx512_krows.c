@@ -349,7 +349,7 @@ static inline __attribute__((always_inline)) void kr_mix_run(const int kind, int
                            float *out, size_t os) {                                                             \
         kr_mix_run(KIND, n, w, ws, rows, packed, toks, out, os);                                                \
     }                                                                                                           \
-    static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, MIN};
+    static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, MIN, 0};
 KR_TILE(tile_q4_k_mix, KR_Q4_K, 1)
 KR_TILE(tile_q5_k_mix, KR_Q5_K, 1)
 KR_TILE(tile_q6_k_mix, KR_Q6_K, 2)

@@ -198,7 +198,7 @@ static void q2_run(int64_t n, const void *w, size_t w_stride, int rows, const vo
 }
 
 /* Used from one token on (kernels.h: min_toks). */
-static const kernel_tile tile_q2_0 = {q2_packed_bytes, q2_pack, q2_run, 1};
+static const kernel_tile tile_q2_0 = {q2_packed_bytes, q2_pack, q2_run, 1, 0};
 
 void kernels_register_avx512_q2_0(kernel_set *ks) { ks->tile[GGML_TYPE_Q2_0] = &tile_q2_0; }
 

@@ -174,18 +174,22 @@ static void share_of(int64_t n, int ith, int nth, bool guided, int64_t *lo, int6
     else threadpool_share(n, ith, nth, lo, hi);
 }
 
-/* A share of rows, in multiples of 4 (the tile kernels' row group). */
-static void split_rows(int64_t n, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
-    int64_t groups = (n + 3) / 4, glo, ghi;
+/* A share of rows, in multiples of g (the tile kernels' row group: 4, or the tile's own). */
+static void split_rows_by(int64_t n, int64_t g, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
+    int64_t groups = (n + g - 1) / g, glo, ghi;
     share_of(groups, ith, nth, guided, &glo, &ghi);
-    *lo = 4 * glo < n ? 4 * glo : n;
-    *hi = 4 * ghi < n ? 4 * ghi : n;
+    *lo = g * glo < n ? g * glo : n;
+    *hi = g * ghi < n ? g * ghi : n;
+}
+
+static void split_rows(int64_t n, int ith, int nth, bool guided, int64_t *lo, int64_t *hi) {
+    split_rows_by(n, 4, ith, nth, guided, lo, hi);
 }
 
 static void mm_task(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
-    split_rows(j->w->ne[1], ith, nth, j->guided, &lo, &hi);
+    split_rows_by(j->w->ne[1], j->tile && j->tile->row_group > 0 ? j->tile->row_group : 4, ith, nth, j->guided, &lo, &hi);
     mm_rows(j, lo, hi);
 }
 
@@ -846,6 +850,12 @@ static const backend_ops cpu_ops = {
     .scatter_rows = cpu_scatter_rows,
     .moe_combine = cpu_moe_combine,
 };
+
+bool backend_cpu_type_vectorized(uint32_t type) {
+    /* Q6_K_R16's only tiles: the scalar reference (every level) and the AVX-512 one */
+    return type == SLUICE_TYPE_Q6_K_R16 ? kernel_isa_current() == KERNEL_ISA_AVX512 && kernel_tile_of(type) != NULL
+                                         : kernel_isa_current() != KERNEL_ISA_SCALAR;
+}
 
 backend *backend_cpu_new(int n_threads) {
     cpu_backend *c = calloc(1, sizeof *c);
