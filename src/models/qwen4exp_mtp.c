@@ -261,23 +261,47 @@ uint64_t mtp_draft_head_bytes(const sluice_model *m) {
     return (uint64_t)draft_vocab(m) * (uint64_t)(m->output.ne[0] / 64) * 18;
 }
 
-typedef struct draft_head_job {
+/* One share of a load-time copy of the head: units [u0, u1) (rows or groups of rows) into dst. */
+typedef struct head_job {
     const tview *o;
     uint8_t *dst;
-    size_t rb;
-    int64_t r0, r1;
+    size_t rb; /* the copy's bytes a row */
+    int64_t u0, u1;
     bool ok;
-} draft_head_job;
+} head_job;
 
-/* Rows [r0, r1) of the head: dequantized, then Q2_0 without the scale search. Every row on its
+/* Runs fn over `units` units of the head spread over the cores (a whole head is ~2 s of one
+ * core at the 8-layer preset); each unit on its own, so the copy does not depend on the split.
+ * false: a share ran out of memory. */
+static bool head_copy(void *(*fn)(void *), const tview *o, uint8_t *dst, size_t rb, int64_t units) {
+    enum { MAX_THREADS = 16 };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    head_job jobs[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false}, ok = true;
+    for (int t = 0; t < nth; t++) {
+        jobs[t] = (head_job){.o = o, .dst = dst, .rb = rb, .u0 = units * t / nth, .u1 = units * (t + 1) / nth};
+        started[t] = t > 0 && pthread_create(&th[t], NULL, fn, &jobs[t]) == 0;
+    }
+    for (int t = 0; t < nth; t++)
+        if (!started[t]) fn(&jobs[t]); /* the caller's share, and any not started */
+    for (int t = 0; t < nth; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        ok = ok && jobs[t].ok;
+    }
+    return ok;
+}
+
+/* Rows [u0, u1) of the head: dequantized, then Q2_0 without the scale search. Every row on its
  * own: the copy does not depend on how the rows are split. */
 static void *draft_head_rows(void *arg) {
-    draft_head_job *j = arg;
+    head_job *j = arg;
     const int64_t E = j->o->ne[0];
     float *row = malloc((size_t)E * sizeof(float));
     if (!(j->ok = row != NULL)) return NULL;
     const quant_dequantize_fn deq = quant_traits_of(j->o->type)->dequantize;
-    for (int64_t r = j->r0; r < j->r1; r++) {
+    for (int64_t r = j->u0; r < j->u1; r++) {
         deq((const uint8_t *)j->o->data + (size_t)r * j->o->row_bytes, row, E);
         quant_quantize_q2_0_fast(row, j->dst + (size_t)r * j->rb, E);
     }
@@ -297,24 +321,7 @@ bool mtp_draft_head_bind(sluice_model *m, char *err, size_t n) {
         snprintf(err, n, "out of memory for the MTP draft head (%.1f MiB)", (double)bytes / 1048576.0);
         return false;
     }
-    /* ~2 s of one core for the 8-layer preset's whole 248,320 x 2,560 head: spread over the
-     * cores */
-    enum { MAX_THREADS = 16 };
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
-    draft_head_job jobs[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
-    bool started[MAX_THREADS] = {false}, ok = true;
-    for (int t = 0; t < nth; t++) {
-        jobs[t] = (draft_head_job){.o = o, .dst = d, .rb = rb, .r0 = V * t / nth, .r1 = V * (t + 1) / nth};
-        started[t] = t > 0 && pthread_create(&th[t], NULL, draft_head_rows, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < nth; t++)
-        if (!started[t]) draft_head_rows(&jobs[t]); /* the caller's share, and any not started */
-    for (int t = 0; t < nth; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        ok = ok && jobs[t].ok;
-    }
+    const bool ok = head_copy(draft_head_rows, o, d, rb, V);
     if (!ok) {
         free(d);
         snprintf(err, n, "out of memory making the MTP draft head");
@@ -358,17 +365,12 @@ static bool verify_head_wanted(const sluice_model *m) {
     return m->plan.budget > m->plan.total + m->plan.reserve + bytes;
 }
 
-typedef struct verify_head_job {
-    const tview *o;
-    uint8_t *dst;
-    int64_t g0, g1; /* groups */
-} verify_head_job;
-
 static void *verify_head_groups(void *arg) {
-    verify_head_job *j = arg;
+    head_job *j = arg;
     const size_t rb = j->o->row_bytes, gb = rb * QUANT_R16_ROWS;
-    for (int64_t g = j->g0; g < j->g1; g++)
+    for (int64_t g = j->u0; g < j->u1; g++)
         quant_repack_q6_k_r16((const uint8_t *)j->o->data + (size_t)g * gb, rb, j->dst + (size_t)g * gb, j->o->ne[0]);
+    j->ok = true;
     return NULL;
 }
 
@@ -389,21 +391,7 @@ bool mtp_verify_head_bind(sluice_model *m, char *err, size_t n) {
         snprintf(err, n, "out of memory for the MTP verification head (%.1f MiB)", (double)bytes / 1048576.0);
         return false;
     }
-    enum { MAX_THREADS = 16 };
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int nth = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
-    const int64_t G = o->ne[1] / QUANT_R16_ROWS;
-    verify_head_job jobs[MAX_THREADS];
-    pthread_t th[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    for (int t = 0; t < nth; t++) {
-        jobs[t] = (verify_head_job){.o = o, .dst = d, .g0 = G * t / nth, .g1 = G * (t + 1) / nth};
-        started[t] = t > 0 && pthread_create(&th[t], NULL, verify_head_groups, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < nth; t++)
-        if (!started[t]) verify_head_groups(&jobs[t]);
-    for (int t = 0; t < nth; t++)
-        if (started[t]) pthread_join(th[t], NULL);
+    head_copy(verify_head_groups, o, d, o->row_bytes, o->ne[1] / QUANT_R16_ROWS);
     q->mtp_verify_head = *o;
     q->mtp_verify_head.type = SLUICE_TYPE_Q6_K_R16;
     q->mtp_verify_head.data = d;
