@@ -174,7 +174,10 @@ static int apply_overrides(sluice_model *m, const char *label) {
  * (bench/results/2026-12-02-stream-dense-populate.md). So the runs of dense tensors that every
  * token reads whole are read in at load (MADV_POPULATE_READ), their 2 MiB-aligned interior in
  * huge pages (MADV_HUGEPAGE: 2 MiB reads, and 2 MiB mappings for the compute); pages at the runs'
- * ends, which a huge page would share with expert bytes, keep the random-access 4 KiB reads.
+ * ends, which a huge page would share with expert bytes, keep the random-access 4 KiB reads. The
+ * interior stays random-access too: with normal readahead each huge-page fault also reads the
+ * next 2 MiB, which past a run's end are expert bytes (95 MB of them on qwen4exp-8l;
+ * tests/unit/test_stream_load.c counts them).
  * Embedding tables (token_embd, qwen4exp's per_layer_token_embd) are read by rows and stay
  * faulted on demand, as does every tensor of a model that only plans or computes on a GPU. */
 typedef struct {
@@ -213,7 +216,6 @@ static void populate_dense_runs(const sluice_model *m) {
     for (size_t i = 0; i < k; i++) {
         const uintptr_t ha = (runs[i].a + huge - 1) & ~(huge - 1), hb = runs[i].b & ~(huge - 1);
         if (hb <= ha) continue;
-        madvise((void *)ha, hb - ha, MADV_NORMAL);
         madvise((void *)ha, hb - ha, MADV_HUGEPAGE); /* a hint: where refused, 4 KiB pages */
 #ifdef MADV_POPULATE_READ
         if (madvise((void *)ha, hb - ha, MADV_POPULATE_READ) == 0) continue;
