@@ -563,6 +563,39 @@ static int frag_push(frag_vec *fv, size_t off, size_t len, int32_t id) {
     return 0;
 }
 
+/* The byte pairs and bytes of a text, as bit sets: a special token can only occur in the text
+ * if each of its bytes and byte pairs does. Searching only for those gives the same partition
+ * (the test is a necessary condition) while most of a large vocabulary's special tokens are
+ * ruled out without a pass over the text: qwen3.5's 248,320-token vocabulary spent 0.7 s of a
+ * 39 KB prompt's tokenization in those searches. */
+typedef struct {
+    uint64_t pair[65536 / 64], byte[256 / 64];
+} text_pairs;
+
+static void text_pairs_fill(text_pairs *tp, const char *text, size_t len) {
+    memset(tp, 0, sizeof *tp);
+    const unsigned char *u = (const unsigned char *)text;
+    for (size_t i = 0; i < len; i++) {
+        tp->byte[u[i] >> 6] |= 1ull << (u[i] & 63);
+        if (i + 1 < len) {
+            unsigned p = (unsigned)u[i] << 8 | u[i + 1];
+            tp->pair[p >> 6] |= 1ull << (p & 63);
+        }
+    }
+}
+
+static bool text_pairs_may_hold(const text_pairs *tp, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i++) {
+        if (!(tp->byte[u[i] >> 6] >> (u[i] & 63) & 1)) return false;
+        if (i + 1 < n) {
+            unsigned p = (unsigned)u[i] << 8 | u[i + 1];
+            if (!(tp->pair[p >> 6] >> (p & 63) & 1)) return false;
+        }
+    }
+    return true;
+}
+
 /* llama.cpp's tokenizer_st_partition: special tokens are taken longest first; each one splits
  * every remaining raw fragment at all its (non-overlapping, left to right) occurrences. Control
  * and unknown tokens only count when parse_special; user-defined tokens always do. */
@@ -570,12 +603,15 @@ static int partition(const tokenizer *t, const char *text, size_t len, bool pars
                      frag_vec *out) {
     frag_vec a = {0}, b = {0};
     if (frag_push(&a, 0, len, -1)) return -1;
+    text_pairs *tp = t->n_special ? malloc(sizeof *tp) : NULL; /* NULL: search for every token */
+    if (tp) text_pairs_fill(tp, text, len);
     for (size_t s = 0; s < t->n_special; s++) {
         int32_t id = t->special[s];
         uint8_t ty = t->v.type[id];
         if (!parse_special && (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN)) continue;
         const char *st = tok_vocab_text(&t->v, id);
         size_t sl = t->v.len[id];
+        if (tp && !text_pairs_may_hold(tp, st, sl)) continue;
         bool any = false;
         for (size_t k = 0; k < a.n && !any; k++)
             any = a.v[k].id < 0 && a.v[k].len >= sl && memmem(text + a.v[k].off, a.v[k].len, st, sl);
@@ -603,9 +639,11 @@ static int partition(const tokenizer *t, const char *text, size_t len, bool pars
         b = tmp;
     }
     free(b.v);
+    free(tp);
     *out = a;
     return 0;
 oom:
+    free(tp);
     free(a.v);
     free(b.v);
     return -1;

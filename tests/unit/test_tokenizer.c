@@ -588,6 +588,21 @@ static void test_qwen2_extra(void) {
     r = encs(t, "a[PAD151650]b", false);
     CHECK(r.n == 3 && r.v[1] == 151650);
     free(r.v);
+    /* special tokens are searched only where their bytes and byte pairs all occur in the text
+     * (tokenizer.c, text_pairs): at the text's two ends, side by side, and near misses whose
+     * pairs all occur but which do not */
+    r = encs(t, "[PAD151650]", false);
+    CHECK(r.n == 1 && r.v[0] == 151650);
+    free(r.v);
+    r = encs(t, "[PAD151650][PAD151651]x[PAD151650]", false);
+    CHECK(r.n == 4 && r.v[0] == 151650 && r.v[1] == 151651 && r.v[3] == 151650);
+    free(r.v);
+    r = encs(t, "[PAD15165 PAD151650 D151650] [PAD1516500]", false);
+    for (size_t i = 0; i < r.n; i++) CHECK(r.v[i] < 151643);
+    free(r.v);
+    r = encs(t, "x<|im_end|><|im_start|>", true);
+    CHECK(r.n == 3 && r.v[1] == 151645 && r.v[2] == 151644);
+    free(r.v);
     char buf[8];
     CHECK(tokenizer_piece(t, 220, false, buf, sizeof buf) == 1 && buf[0] == ' ');
     CHECK(tokenizer_piece(t, 198, false, buf, sizeof buf) == 1 && buf[0] == '\n');
