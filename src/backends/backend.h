@@ -344,10 +344,10 @@ struct backend {
 };
 
 backend *backend_cpu_new(int n_threads);
-/* Whether the CPU backend multiplies weights of this type with a vectorized kernel at the
- * instruction-set level in use (load-time copies in a layout only a kernel reads, such as
- * Q6_K_R16, are made only where one does; a scalar fallback exists for every such type). */
-bool backend_cpu_type_vectorized(uint32_t type);
+/* Whether the CPU backend has a vectorized tile for weights of this type at the instruction-set
+ * level in use, not only the scalar reference tile (load-time copies in a layout only a tile
+ * reads, such as Q6_K_R16, are made only where one does). */
+bool backend_cpu_tile_vectorized(uint32_t type);
 
 /* Run fn(ctx, ith, nth) on the backend's threads (ith = 0..nth-1) and wait. CPU backend only;
  * used by model code for work that is not one of the ops (MoE expert groups). */

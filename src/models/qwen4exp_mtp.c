@@ -359,7 +359,7 @@ static bool verify_head_wanted(const sluice_model *m) {
     if (e && !strcmp(e, "off")) return false;
     if (!q4x_of(m)->mtp || !o->data || o->type != GGML_TYPE_Q6_K || o->ne[0] % 256 != 0 ||
         o->ne[1] % QUANT_R16_ROWS != 0 || m->plan.mode != SLUICE_MODE_RESIDENT || m->plan.gpu ||
-        !backend_cpu_type_vectorized(SLUICE_TYPE_Q6_K_R16))
+        !backend_cpu_tile_vectorized(SLUICE_TYPE_Q6_K_R16))
         return false;
     const uint64_t bytes = (uint64_t)o->row_bytes * (uint64_t)o->ne[1];
     return m->plan.budget > m->plan.total + m->plan.reserve + bytes;

@@ -448,6 +448,12 @@ static void check_q6k_r16(rng *r, kernel_isa isa) {
     const kernel_tile *tile = kernel_tile_of(SLUICE_TYPE_Q6_K_R16);
     CHECKF(tile && tile->row_group == 16 && tile->min_toks == 1, "%s: no Q6_K_R16 tile", kernel_isa_name(isa));
     if (!tile) return;
+    /* the MTP verification head is copied to this layout only where the tile is not the scalar
+     * reference's: AVX-512 has its own, the other levels only the reference */
+    CHECKF(kernel_tile_vectorized(SLUICE_TYPE_Q6_K_R16) == (isa == KERNEL_ISA_AVX512),
+           "%s: Q6_K_R16 tile vectorized says %d", kernel_isa_name(isa), kernel_tile_vectorized(SLUICE_TYPE_Q6_K_R16));
+    CHECK(!kernel_tile_vectorized(GGML_TYPE_Q4_K) || isa != KERNEL_ISA_SCALAR);
+    CHECK(!kernel_tile_vectorized(QUANT_TYPE_LIMIT));
     for (int toks = 1; toks <= TMAX; toks++)
         for (int groups = 1; groups <= GMAX; groups++) {
             const int64_t n = 256 * (1 + (int64_t)(rnd(r) % 3));

@@ -625,7 +625,7 @@ int main(void) {
     plain_greedy();
     sluice_model *mq = g_rows ? load(q4, 3, SLUICE_MODE_RESIDENT, 0) : NULL;
     /* made where the CPU multiplies Q6_K_R16 with a vectorized kernel (AVX-512 here) */
-    const bool fast = backend_cpu_type_vectorized(SLUICE_TYPE_Q6_K_R16);
+    const bool fast = backend_cpu_tile_vectorized(SLUICE_TYPE_Q6_K_R16);
     CHECKF(mq && mq->output.type == GGML_TYPE_Q6_K && (q4x_of(mq)->mtp_verify_head.data != NULL) == fast,
            "the Q4_K_M model's verification head: %s", mq ? "made where it should not be, or not made" : sluice_last_error());
     if (!fast) printf("no vectorized Q6_K_R16 kernel at this level: no verification head\n");

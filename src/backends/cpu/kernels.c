@@ -180,6 +180,12 @@ const kernel_tile *kernel_tile_of(uint32_t type) {
     return type < QUANT_TYPE_LIMIT ? sets[cur_isa].tile[type] : NULL;
 }
 
+bool kernel_tile_vectorized(uint32_t type) {
+    ensure_init();
+    if (type >= QUANT_TYPE_LIMIT || !sets[cur_isa].tile[type]) return false;
+    return sets[cur_isa].tile[type] != sets[KERNEL_ISA_SCALAR].tile[type];
+}
+
 kernel_attn_fn kernel_attn(void) {
     ensure_init();
     return sets[cur_isa].attn;

@@ -155,6 +155,9 @@ kernel_terms_fn kernel_terms_of(uint32_t type);
 quant_quantize_fn kernel_quantize(uint32_t act_type);
 /* Tile kernels for a weight type, or NULL where the level has none (then loop over dots). */
 const kernel_tile *kernel_tile_of(uint32_t type);
+/* True when the level's tile for a type is its own, not the scalar reference's (a type whose
+ * only tile is the reference is no faster through it than through its dots). */
+bool kernel_tile_vectorized(uint32_t type);
 
 /* Float dot product with a fixed summation order: 8 interleaved partial sums, combined
  * pairwise ((0+4)+(2+6))+((1+5)+(3+7)), then the tail in order. */

@@ -851,11 +851,7 @@ static const backend_ops cpu_ops = {
     .moe_combine = cpu_moe_combine,
 };
 
-bool backend_cpu_type_vectorized(uint32_t type) {
-    /* Q6_K_R16's only tiles: the scalar reference (every level) and the AVX-512 one */
-    return type == SLUICE_TYPE_Q6_K_R16 ? kernel_isa_current() == KERNEL_ISA_AVX512 && kernel_tile_of(type) != NULL
-                                         : kernel_isa_current() != KERNEL_ISA_SCALAR;
-}
+bool backend_cpu_tile_vectorized(uint32_t type) { return kernel_tile_vectorized(type); }
 
 backend *backend_cpu_new(int n_threads) {
     cpu_backend *c = calloc(1, sizeof *c);
