@@ -1,4 +1,4 @@
-/* A streamed model reads its dense weights in at load (engine/model.c, populate_dense_runs):
+/* A streamed model reads its dense weights in at load (engine/model_mapping.c, populate_dense_runs):
  * right after sluice_model_load, every page of the output head (less 2 MiB at each end, where
  * its run's huge pages may stop) is in the page cache, while no page inside a routed expert
  * tensor is (experts are read with direct I/O into the expert cache, and the mapping's expert

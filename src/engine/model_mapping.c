@@ -1,0 +1,153 @@
+/* How a loaded model's file mapping is brought into memory (see model_mapping.h). */
+#include "engine/model_mapping.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "engine/error.h"
+#include "runtime/bytes.h"
+
+typedef struct {
+    uintptr_t a, b;
+} byte_run;
+
+/* ---- reading ranges in ---------------------------------------------------------------------
+ * MADV_POPULATE_READ, in file order. Not spread over threads: three threads claiming 64 MiB
+ * pieces loaded the 10.4 GB qwen4exp-8l file in 2.45-2.89 s against 2.32-2.86 s from one
+ * (alternating, page cache dropped; bench/results/2026-12-02-stream-dense-populate.md). */
+static void populate_runs(const byte_run *runs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+#ifdef MADV_POPULATE_READ
+        /* other failures (an I/O error): the pages are faulted in on use, and fail there */
+        if (madvise((void *)runs[i].a, runs[i].b - runs[i].a, MADV_POPULATE_READ) == 0 || errno != EINVAL) continue;
+#endif
+        madvise((void *)runs[i].a, runs[i].b - runs[i].a, MADV_WILLNEED); /* older kernels: start the reads */
+    }
+}
+
+/* ---- streamed -------------------------------------------------------------------------------
+ * The routed experts of the mapping must never enter the page cache (a memory cgroup charges
+ * it): fault-time readahead around a dense tensor would otherwise pull in megabytes of the
+ * neighbouring expert tensors and push the process past its budget. So the mapping is marked
+ * random-access, and the dense tensors are read in ahead of use.
+ *
+ * MADV_WILLNEED alone reads only the first readahead window of each range (the kernel caps it at
+ * the device's io_pages / ra_pages), so the rest of a dense matrix was faulted in 4 KiB at a
+ * time by the first forward pass: a cold qwen4exp-8l run in an 8 GiB cgroup prefilled 48 tokens
+ * in 10.5-11.6 s, against about 1 s with the dense tensors read in at load
+ * (bench/results/2026-12-02-stream-dense-populate.md). So the runs of dense tensors that every
+ * token reads whole are read in at load (MADV_POPULATE_READ), their 2 MiB-aligned interior in
+ * huge pages (MADV_HUGEPAGE: 2 MiB reads, and 2 MiB mappings for the compute); pages at the runs'
+ * ends, which a huge page would share with expert bytes, keep the random-access 4 KiB reads. The
+ * interior stays random-access too: with normal readahead each huge-page fault also reads the
+ * next 2 MiB, which past a run's end are expert bytes (95 MB of them on qwen4exp-8l;
+ * tests/unit/test_stream_load.c counts them).
+ * Embedding tables (token_embd, qwen4exp's per_layer_token_embd) are read by rows and stay
+ * faulted on demand, as does every tensor of a model that only plans or computes on a GPU. */
+static int byte_run_cmp(const void *x, const void *y) {
+    const byte_run *p = x, *q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
+static bool streamed_tensor_is_expert(const gguf_tensor *t) {
+    return strstr(t->name, "_exps.") || strstr(t->name, "ffn_experts.packed");
+}
+
+static void populate_dense_runs(const sluice_model *m) {
+    const gguf_file *g = m->gguf;
+    const uintptr_t page = 4096, huge = (uintptr_t)2 << 20;
+    byte_run *runs = malloc((size_t)g->n_tensors * sizeof *runs);
+    if (!runs) return; /* an optimization only: the pages still fault in on use */
+    size_t n = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (!t->nbytes || streamed_tensor_is_expert(t) || strstr(t->name, "token_embd")) continue;
+        runs[n++] = (byte_run){(uintptr_t)t->data, (uintptr_t)t->data + t->nbytes};
+    }
+    qsort(runs, n, sizeof *runs, byte_run_cmp);
+    size_t k = 0; /* merge tensors whose bytes are at most a page apart (alignment padding) */
+    for (size_t i = 0; i < n; i++) {
+        if (k && runs[i].a <= runs[k - 1].b + page) {
+            if (runs[i].b > runs[k - 1].b) runs[k - 1].b = runs[i].b;
+        } else {
+            runs[k++] = runs[i];
+        }
+    }
+    size_t h = 0; /* each run's 2 MiB-aligned interior, where it has one */
+    for (size_t i = 0; i < k; i++) {
+        const uintptr_t ha = (runs[i].a + huge - 1) & ~(huge - 1), hb = runs[i].b & ~(huge - 1);
+        if (hb <= ha) continue;
+        madvise((void *)ha, hb - ha, MADV_HUGEPAGE); /* a hint: where refused, 4 KiB pages */
+        runs[h++] = (byte_run){ha, hb};
+    }
+    populate_runs(runs, h);
+    free(runs);
+}
+
+void model_mapping_advise_stream(const sluice_model *m) {
+    const gguf_file *g = m->gguf;
+    if (!g->mapped) return;
+    uintptr_t page = 4096;
+    madvise((void *)g->base, g->size, MADV_RANDOM);
+    if (!m->params.plan_only && !m->plan.gpu) populate_dense_runs(m);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (streamed_tensor_is_expert(t) || !t->nbytes) continue;
+        uintptr_t a = (uintptr_t)t->data & ~(page - 1);
+        uintptr_t b = ((uintptr_t)t->data + t->nbytes + page - 1) & ~(page - 1);
+        madvise((void *)a, b - a, MADV_WILLNEED);
+    }
+}
+
+/* ---- resident -------------------------------------------------------------------------------
+ * The weights are read in at load, in file order, before the first token, instead of being
+ * faulted in at random inside the first prefill. Otherwise the first work after a cold page
+ * cache pays the reads (measured: 30B-A3B prefill of 512 tokens at 23.0 t/s cold vs 31.7 t/s
+ * warm) and a benchmark depends on what ran before it. The plan has already counted these pages
+ * as resident. */
+void model_mapping_populate_resident(const sluice_model *m) {
+    const gguf_file *g = m->gguf;
+    if (!g->mapped || !g->size) return;
+    const uintptr_t a = (uintptr_t)g->base; /* mappings start on a page */
+    const byte_run all = {a, (a + g->size + 4095) & ~(uintptr_t)4095};
+    populate_runs(&all, 1);
+}
+
+/* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when
+ * other files are read, and the run reads them back from disk (a 21.2 GB model on a 23 GB host
+ * refaulted pages for minutes after any other large file). Only for a model the CPU computes
+ * from its mapping: a streamed model reads its experts into its own cache, a GPU model copies
+ * the file to the device. */
+int model_mapping_lock(const sluice_model *m, const char *label) {
+    const gguf_file *g = m->gguf;
+    if (m->plan.gpu) {
+        sluice_set_error("%s: --mlock keeps the CPU's copy of a resident model; this model runs on the GPU", label);
+        return -1;
+    }
+    if (m->experts && m->experts->streaming) {
+        sluice_set_error("%s: --mlock needs a resident model, but the plan streams its experts "
+                         "(add --resident, or drop --mlock)", label);
+        return -1;
+    }
+    if (!g->mapped || !g->size) {
+        sluice_set_error("%s: --mlock: the model is not memory-mapped", label);
+        return -1;
+    }
+    if (mlock(g->base, g->size) == 0) return 0;
+    const int e = errno;
+    struct rlimit rl;
+    char lim[32] = "unknown", size[32];
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+        else bytes_str((uint64_t)rl.rlim_cur, lim, sizeof lim);
+    }
+    bytes_str((uint64_t)g->size, size, sizeof size);
+    sluice_set_error("%s: --mlock: locking %s in RAM failed: %s (memory-lock limit %s; raise it with "
+                     "ulimit -l, or run without --mlock)",
+                     label, size, strerror(e), lim);
+    return -1;
+}
