@@ -13,6 +13,7 @@
 
 #include "engine/error.h"
 #include "engine/model_gpu.h"
+#include "engine/model_mapping.h"
 #include "models/model.h"
 #include "models/state.h"
 #include "runtime/experts_gpu.h"
@@ -60,55 +61,6 @@ void model_gpu_release(sluice_model *m) { (void)m; }
 
 #else
 
-typedef struct byte_range {
-    uint64_t a, b; /* [a, b) */
-} byte_range;
-
-static int range_cmp(const void *x, const void *y) {
-    const byte_range *p = x, *q = y;
-    return p->a < q->a ? -1 : p->a > q->a;
-}
-
-/* The file's routed-expert bytes as sorted, disjoint ranges: per layer the expert-major
- * records, or each part's stacked tensor (a fused gate_up tensor gives two overlapping part
- * ranges; they are merged). *n = the count; NULL with *n = 0 when out of memory. */
-static byte_range *expert_ranges(const expert_layout *l, int *n) {
-    byte_range *r = calloc((size_t)l->n_layer * EXPERT_PARTS + 1, sizeof *r);
-    int k = 0;
-    *n = 0;
-    if (!r) return NULL;
-    for (int i = 0; i < l->n_layer; i++) {
-        const expert_layer_layout *L = &l->layers[i];
-        if (!L->present) continue;
-        if (l->packed) {
-            r[k++] = (byte_range){L->record_offset, L->record_offset + L->record_stride * (uint64_t)l->n_expert};
-            continue;
-        }
-        for (int p = 0; p < EXPERT_PARTS; p++) {
-            const uint64_t a = L->part[p].offset;
-            r[k++] = (byte_range){a, a + L->part[p].stride * (uint64_t)(l->n_expert - 1) + L->part[p].bytes};
-        }
-    }
-    qsort(r, (size_t)k, sizeof *r, range_cmp);
-    int m = 0;
-    for (int i = 0; i < k; i++) {
-        if (m > 0 && r[i].a <= r[m - 1].b) {
-            if (r[i].b > r[m - 1].b) r[m - 1].b = r[i].b;
-        } else {
-            r[m++] = r[i];
-        }
-    }
-    *n = m;
-    return r;
-}
-
-/* True when [off, off + bytes) lies in one of the expert ranges. */
-static bool in_experts(const byte_range *r, int n, uint64_t off, uint64_t bytes) {
-    for (int i = 0; i < n; i++)
-        if (off >= r[i].a && off + bytes <= r[i].b) return true;
-    return false;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -122,7 +74,7 @@ static int map_streamed(sluice_model *m, const char *label) {
     backend *be = m->gpu;
     const uint8_t *base = m->gguf->base;
     int n = 0;
-    byte_range *r = expert_ranges(&m->layout, &n);
+    byte_range *r = model_expert_ranges(&m->layout, &n);
     if (!r) {
         sluice_set_error("%s: out of memory", label);
         return -1;
@@ -146,7 +98,7 @@ static int map_streamed(sluice_model *m, const char *label) {
     for (uint64_t i = 0; i < m->gguf->n_tensors && rc == 0; i++) {
         const gguf_tensor *t = &m->gguf->tensors[i];
         const uint64_t off = (uint64_t)((const uint8_t *)t->data - base);
-        if (in_experts(r, n, off, t->nbytes)) continue;
+        if (model_in_experts(r, n, off, t->nbytes)) continue;
         if (be->ops->weights_map(be, t->data, t->nbytes, t->data != host_dense) != 0) {
             sluice_set_error("%s: cannot copy tensor '%s' to the GPU", label, t->name);
             rc = -1;

@@ -11,21 +11,66 @@
 #include "engine/error.h"
 #include "runtime/bytes.h"
 
-typedef struct {
-    uintptr_t a, b;
-} byte_run;
+/* ---- byte ranges ---------------------------------------------------------------------------- */
+static int range_cmp(const void *x, const void *y) {
+    const byte_range *p = x, *q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* sort, and merge ranges at most gap bytes apart; the count left */
+static size_t ranges_merge(byte_range *r, size_t n, uint64_t gap) {
+    qsort(r, n, sizeof *r, range_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0 && r[i].a <= r[m - 1].b + gap) {
+            if (r[i].b > r[m - 1].b) r[m - 1].b = r[i].b;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    return m;
+}
+
+byte_range *model_expert_ranges(const expert_layout *l, int *n) {
+    byte_range *r = calloc((size_t)l->n_layer * EXPERT_PARTS + 1, sizeof *r);
+    size_t k = 0;
+    *n = 0;
+    if (!r) return NULL;
+    for (int i = 0; i < l->n_layer; i++) {
+        const expert_layer_layout *L = &l->layers[i];
+        if (!L->present) continue;
+        if (l->packed) {
+            r[k++] = (byte_range){L->record_offset, L->record_offset + L->record_stride * (uint64_t)l->n_expert};
+            continue;
+        }
+        for (int p = 0; p < EXPERT_PARTS; p++) {
+            const uint64_t a = L->part[p].offset;
+            r[k++] = (byte_range){a, a + L->part[p].stride * (uint64_t)(l->n_expert - 1) + L->part[p].bytes};
+        }
+    }
+    *n = (int)ranges_merge(r, k, 0);
+    return r;
+}
+
+bool model_in_experts(const byte_range *r, int n, uint64_t off, uint64_t bytes) {
+    for (int i = 0; i < n; i++)
+        if (off >= r[i].a && off + bytes <= r[i].b) return true;
+    return false;
+}
 
 /* ---- reading ranges in ---------------------------------------------------------------------
  * MADV_POPULATE_READ, in file order. Not spread over threads: three threads claiming 64 MiB
  * pieces loaded the 10.4 GB qwen4exp-8l file in 2.45-2.89 s against 2.32-2.86 s from one
  * (alternating, page cache dropped; bench/results/2026-12-02-stream-dense-populate.md). */
-static void populate_runs(const byte_run *runs, size_t n) {
+static void populate_runs(const uint8_t *base, const byte_range *runs, size_t n) {
     for (size_t i = 0; i < n; i++) {
+        void *p = (void *)(base + runs[i].a);
+        const size_t len = (size_t)(runs[i].b - runs[i].a);
 #ifdef MADV_POPULATE_READ
         /* other failures (an I/O error): the pages are faulted in on use, and fail there */
-        if (madvise((void *)runs[i].a, runs[i].b - runs[i].a, MADV_POPULATE_READ) == 0 || errno != EINVAL) continue;
+        if (madvise(p, len, MADV_POPULATE_READ) == 0 || errno != EINVAL) continue;
 #endif
-        madvise((void *)runs[i].a, runs[i].b - runs[i].a, MADV_WILLNEED); /* older kernels: start the reads */
+        madvise(p, len, MADV_WILLNEED); /* older kernels: start the reads */
     }
 }
 
@@ -48,43 +93,31 @@ static void populate_runs(const byte_run *runs, size_t n) {
  * tests/unit/test_stream_load.c counts them).
  * Embedding tables (token_embd, qwen4exp's per_layer_token_embd) are read by rows and stay
  * faulted on demand, as does every tensor of a model that only plans or computes on a GPU. */
-static int byte_run_cmp(const void *x, const void *y) {
-    const byte_run *p = x, *q = y;
-    return p->a < q->a ? -1 : p->a > q->a;
-}
-
-static bool streamed_tensor_is_expert(const gguf_tensor *t) {
-    return strstr(t->name, "_exps.") || strstr(t->name, "ffn_experts.packed");
-}
-
-static void populate_dense_runs(const sluice_model *m) {
+static void populate_dense_runs(const sluice_model *m, const byte_range *experts, int n_experts) {
     const gguf_file *g = m->gguf;
-    const uintptr_t page = 4096, huge = (uintptr_t)2 << 20;
-    byte_run *runs = malloc((size_t)g->n_tensors * sizeof *runs);
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    byte_range *runs = malloc((size_t)g->n_tensors * sizeof *runs);
     if (!runs) return; /* an optimization only: the pages still fault in on use */
     size_t n = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        if (!t->nbytes || streamed_tensor_is_expert(t) || strstr(t->name, "token_embd")) continue;
-        runs[n++] = (byte_run){(uintptr_t)t->data, (uintptr_t)t->data + t->nbytes};
+        const uint64_t off = (uint64_t)((const uint8_t *)t->data - g->base);
+        if (!t->nbytes || model_in_experts(experts, n_experts, off, t->nbytes) || strstr(t->name, "token_embd"))
+            continue;
+        runs[n++] = (byte_range){off, off + t->nbytes};
     }
-    qsort(runs, n, sizeof *runs, byte_run_cmp);
-    size_t k = 0; /* merge tensors whose bytes are at most a page apart (alignment padding) */
+    n = ranges_merge(runs, n, 4096); /* tensors at most a page apart (alignment padding) */
+    /* each run's interior on 2 MiB-aligned addresses, where it has one */
+    const uintptr_t base = (uintptr_t)g->base;
+    size_t h = 0;
     for (size_t i = 0; i < n; i++) {
-        if (k && runs[i].a <= runs[k - 1].b + page) {
-            if (runs[i].b > runs[k - 1].b) runs[k - 1].b = runs[i].b;
-        } else {
-            runs[k++] = runs[i];
-        }
-    }
-    size_t h = 0; /* each run's 2 MiB-aligned interior, where it has one */
-    for (size_t i = 0; i < k; i++) {
-        const uintptr_t ha = (runs[i].a + huge - 1) & ~(huge - 1), hb = runs[i].b & ~(huge - 1);
+        const uintptr_t ha = (base + runs[i].a + huge - 1) & ~(uintptr_t)(huge - 1);
+        const uintptr_t hb = (base + runs[i].b) & ~(uintptr_t)(huge - 1);
         if (hb <= ha) continue;
         madvise((void *)ha, hb - ha, MADV_HUGEPAGE); /* a hint: where refused, 4 KiB pages */
-        runs[h++] = (byte_run){ha, hb};
+        runs[h++] = (byte_range){ha - base, hb - base};
     }
-    populate_runs(runs, h);
+    populate_runs(g->base, runs, h);
     free(runs);
 }
 
@@ -93,14 +126,19 @@ void model_mapping_advise_stream(const sluice_model *m) {
     if (!g->mapped) return;
     uintptr_t page = 4096;
     madvise((void *)g->base, g->size, MADV_RANDOM);
-    if (!m->params.plan_only && !m->plan.gpu) populate_dense_runs(m);
+    int n_experts = 0;
+    byte_range *experts = model_expert_ranges(&m->layout, &n_experts);
+    if (!experts) return; /* out of memory: the pages fault in on use */
+    if (!m->params.plan_only && !m->plan.gpu) populate_dense_runs(m, experts, n_experts);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        if (streamed_tensor_is_expert(t) || !t->nbytes) continue;
+        const uint64_t off = (uint64_t)((const uint8_t *)t->data - g->base);
+        if (!t->nbytes || model_in_experts(experts, n_experts, off, t->nbytes)) continue;
         uintptr_t a = (uintptr_t)t->data & ~(page - 1);
         uintptr_t b = ((uintptr_t)t->data + t->nbytes + page - 1) & ~(page - 1);
         madvise((void *)a, b - a, MADV_WILLNEED);
     }
+    free(experts);
 }
 
 /* ---- resident -------------------------------------------------------------------------------
@@ -112,9 +150,8 @@ void model_mapping_advise_stream(const sluice_model *m) {
 void model_mapping_populate_resident(const sluice_model *m) {
     const gguf_file *g = m->gguf;
     if (!g->mapped || !g->size) return;
-    const uintptr_t a = (uintptr_t)g->base; /* mappings start on a page */
-    const byte_run all = {a, (a + g->size + 4095) & ~(uintptr_t)4095};
-    populate_runs(&all, 1);
+    const byte_range all = {0, g->size};
+    populate_runs(g->base, &all, 1);
 }
 
 /* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when
