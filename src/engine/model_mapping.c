@@ -2,14 +2,23 @@
 #include "engine/model_mapping.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "runtime/bytes.h"
+
+static double mapping_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- byte ranges ---------------------------------------------------------------------------- */
 static int range_cmp(const void *x, const void *y) {
@@ -142,7 +151,99 @@ void model_mapping_advise_stream(const sluice_model *m) {
 }
 
 /* ---- resident -------------------------------------------------------------------------------
- * The weights are read in at load, in file order, before the first token, instead of being
+ * Resident weights in 2 MiB pages. Decode reads every active weight once per token, and from
+ * 4 KiB pages it runs at about half the speed: 30B-A3B Q4_K_M, 2 threads, 8.8-9.0 t/s after
+ * `cat` had filled the page cache (38% of the file in 2 MiB folios) against 16.7 t/s after the
+ * page cache was dropped and sluice read the file itself (all of it in 2 MiB folios;
+ * bench/results/2026-12-02-cpu-resident-hugepages.md). The page cache keeps whatever folios its
+ * first reader made (a copy, a download, another program's reads), and this kernel cannot
+ * collapse a regular file's small folios (MADV_COLLAPSE needs CONFIG_READ_ONLY_THP_FOR_FS). So
+ * the mapping's 2 MiB-aligned interior is marked MADV_HUGEPAGE (reads from disk then come in
+ * 2 MiB folios, mapped by 2 MiB entries), and where the populated mapping is mostly in small
+ * pages its pages are read again: piece by piece, our mapping's pages dropped (MADV_DONTNEED),
+ * the file's clean, unmapped pages dropped from the page cache (POSIX_FADV_DONTNEED: pages
+ * another process maps or that are dirty stay), the piece read in again. The cost is one more
+ * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
+ * fragmented) the rest is left as it is. */
+#define REFRESH_PIECE ((uint64_t)256 << 20)
+#define HUGE_SHARE_OK 0.9
+
+/* [a, b): the file offsets of the mapping's 2 MiB-aligned interior; false when it has none */
+static bool huge_interior(const gguf_file *g, byte_range *in) {
+    const uintptr_t huge = (uintptr_t)2 << 20, base = (uintptr_t)g->base;
+    const uintptr_t ha = (base + huge - 1) & ~(huge - 1), hb = (base + g->size) & ~(huge - 1);
+    if (hb <= ha) return false;
+    *in = (byte_range){ha - base, hb - base};
+    return true;
+}
+
+/* Bytes of [p, p + len) mapped by 2 MiB entries: the FilePmdMapped of the process's mappings
+ * that lie inside it (MADV_HUGEPAGE splits the file's mapping into several); -1 when
+ * /proc/self/smaps cannot be read. */
+static int64_t pmd_mapped_bytes(const void *p, size_t len) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    char line[512];
+    bool inside = false;
+    int64_t kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        long long v;
+        /* a mapping's header starts with its lowercase-hex range, its fields with a capital */
+        const bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
+        if (header && sscanf(line, "%lx-%lx", &a, &b) == 2)
+            inside = a >= lo && b <= hi;
+        else if (inside && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1)
+            kb += v;
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+static void refresh_small_pages(const sluice_model *m, byte_range in) {
+    const gguf_file *g = m->gguf;
+    uint8_t *p = (uint8_t *)g->base + in.a;
+    const uint64_t len = in.b - in.a;
+    if (in.a % ((uint64_t)2 << 20)) return; /* file offsets not on 2 MiB: no 2 MiB entries can map it */
+    const int64_t pmd0 = pmd_mapped_bytes(p, (size_t)len);
+    if (pmd0 < 0 || (double)pmd0 >= HUGE_SHARE_OK * (double)len) return;
+    const int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return; /* an optimization only */
+    const double t0 = mapping_now();
+    uint64_t done = 0;
+    int64_t pmd = pmd0;
+    for (uint64_t off = 0; off < len; off += REFRESH_PIECE) {
+        const uint64_t n = len - off < REFRESH_PIECE ? len - off : REFRESH_PIECE;
+        /* A new mapping of the piece, not MADV_DONTNEED: that keeps the page tables, and a
+         * 2 MiB entry is only made where none is. Mapped elsewhere first and moved over the
+         * old one (mremap replaces it in one step), so that a failure leaves the old pages. */
+        void *q = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, (off_t)(in.a + off));
+        if (q == MAP_FAILED) break;
+        if (mremap(q, (size_t)n, (size_t)n, MREMAP_MAYMOVE | MREMAP_FIXED, p + off) == MAP_FAILED) {
+            munmap(q, (size_t)n);
+            break;
+        }
+        madvise(p + off, (size_t)n, MADV_HUGEPAGE);
+        posix_fadvise(fd, (off_t)(in.a + off), (off_t)n, POSIX_FADV_DONTNEED);
+        const byte_range r = {in.a + off, in.a + off + n};
+        populate_runs(g->base, &r, 1);
+        done += n;
+        if (off == 0) { /* did the first piece come back in 2 MiB pages? */
+            const int64_t first = pmd_mapped_bytes(p, (size_t)n);
+            if (first < 0 || (double)first < HUGE_SHARE_OK * (double)n) break;
+        }
+    }
+    close(fd);
+    pmd = pmd_mapped_bytes(p, (size_t)len);
+    fprintf(stderr,
+            "sluice: the page cache held the model mostly in 4 KiB pages (%.0f%% in 2 MiB pages): read %.1f GB "
+            "again in 2 MiB pages in %.1f s, now %.0f%%\n",
+            100.0 * (double)pmd0 / (double)len, (double)done / 1e9, mapping_now() - t0,
+            pmd < 0 ? 0.0 : 100.0 * (double)pmd / (double)len);
+}
+
+/* The weights are read in at load, in file order, before the first token, instead of being
  * faulted in at random inside the first prefill. Otherwise the first work after a cold page
  * cache pays the reads (measured: 30B-A3B prefill of 512 tokens at 23.0 t/s cold vs 31.7 t/s
  * warm) and a benchmark depends on what ran before it. The plan has already counted these pages
@@ -150,8 +251,12 @@ void model_mapping_advise_stream(const sluice_model *m) {
 void model_mapping_populate_resident(const sluice_model *m) {
     const gguf_file *g = m->gguf;
     if (!g->mapped || !g->size) return;
+    byte_range in = {0, 0};
+    const bool huge = huge_interior(g, &in);
+    if (huge) madvise((void *)(g->base + in.a), (size_t)(in.b - in.a), MADV_HUGEPAGE);
     const byte_range all = {0, g->size};
     populate_runs(g->base, &all, 1);
+    if (huge && m->path) refresh_small_pages(m, in);
 }
 
 /* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when

@@ -1,0 +1,153 @@
+/* A resident model's mapping ends up in 2 MiB pages even when the page cache held the file in
+ * 4 KiB pages before the load (engine/model_mapping.c, refresh_small_pages): decode from 4 KiB
+ * pages ran at about half the speed (bench/results/2026-12-02-cpu-resident-hugepages.md).
+ *
+ * The model is a one-layer qwen35moe-mini from synth (~390 MB). The test first checks that this
+ * machine can hold the file in 2 MiB page-cache pages at all (page cache dropped, read through a
+ * MADV_HUGEPAGE mapping: most of it mapped by 2 MiB entries), else it skips (77: transparent huge
+ * pages off, tmpfs, a kernel without large folios for the file system). Then it fills the page
+ * cache with the file in 4 KiB pages (readahead off, POSIX_FADV_RANDOM), shows that a mapping of
+ * it is now in 4 KiB pages, and loads the model resident: sluice's mapping of the file must be
+ * at least 90% in 2 MiB entries. Sizes come from /proc/self/smaps (FilePmdMapped of the
+ * mappings of the file). With a path argument it checks that model file instead (and keeps it). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "sluice.h"
+#include "tools/synth.h"
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* bytes of the process's mappings of path that 2 MiB entries map (FilePmdMapped), and the
+ * mappings' size; -1 when smaps cannot be read */
+static long long pmd_bytes_of(const char *path, long long *mapped) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[4608];
+    bool ours = false;
+    long long kb = 0, size_kb = 0, v;
+    const size_t pl = strlen(path);
+    while (fgets(line, sizeof line, f)) {
+        const bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
+        if (header) {
+            size_t n = strlen(line);
+            while (n && line[n - 1] == '\n') line[--n] = 0;
+            ours = n >= pl && strcmp(line + n - pl, path) == 0;
+        } else if (ours && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1) {
+            kb += v;
+        } else if (ours && sscanf(line, "Size: %lld kB", &v) == 1) {
+            size_kb += v;
+        }
+    }
+    fclose(f);
+    if (mapped) *mapped = size_kb * 1024;
+    return kb * 1024;
+}
+
+/* the share of a fresh MADV_HUGEPAGE mapping of the file that 2 MiB entries map once read in */
+static double mapped_share(const char *path, size_t size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return -1;
+    madvise(p, size, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_READ
+    madvise(p, size, MADV_POPULATE_READ);
+#endif
+    long long all = 0;
+    const long long pmd = pmd_bytes_of(path, &all);
+    munmap(p, size);
+    return pmd < 0 || all <= 0 ? -1 : (double)pmd / (double)all;
+}
+
+/* drop the file's pages from the page cache, or read it back in 4 KiB pages */
+static bool drop_file(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    fsync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return true;
+}
+
+static bool fill_small_pages(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* the read path then adds 4 KiB folios only */
+    char *buf = malloc((size_t)1 << 20);
+    off_t off = 0;
+    ssize_t r = 0;
+    while (buf && (r = pread(fd, buf, (size_t)1 << 20, off)) > 0) off += r;
+    free(buf);
+    close(fd);
+    return r == 0;
+}
+
+/* MODEL (optional): check that file instead of the synthetic one, and keep it */
+int main(int argc, char **argv) {
+#ifndef MADV_POPULATE_READ
+    (void)argc, (void)argv;
+    printf("skipped: this system's headers have no MADV_POPULATE_READ\n");
+    return 77;
+#else
+    char path[4096], err[512];
+    if (argc > 1) {
+        snprintf(path, sizeof path, "%s", argv[1]);
+    } else {
+        snprintf(path, sizeof path, "%s/resident-hugepages-mini.gguf", SLUICE_TEST_WORK);
+        synth_options o = {.preset = "qwen35moe-mini", .type = "Q4_K_M", .out = path, .seed = 5,
+                           .n_threads = 2, .n_layer = 1};
+        CHECKF(synth_run(&o, NULL, err, sizeof err) == 0, "synth: %s", err);
+    }
+    char real[4096];
+    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path); /* smaps names the real path */
+    struct stat st;
+    CHECKF(stat(real, &st) == 0 && (size_t)st.st_size > 16 * HUGE_PAGE, "%s: missing or too small", real);
+    if ((size_t)st.st_size <= 16 * HUGE_PAGE) CHECK_DONE();
+    const size_t size = (size_t)st.st_size;
+
+    /* can this machine hold the file in 2 MiB pages at all? */
+    const double fresh = drop_file(real) ? mapped_share(real, size) : -1;
+    printf("page cache dropped, read through a MADV_HUGEPAGE mapping: %.0f%% in 2 MiB pages\n", 100 * fresh);
+    if (fresh < 0.5) {
+        printf("skipped: this kernel or file system gives the file no 2 MiB page-cache pages "
+               "(transparent huge pages off, tmpfs, no large folios)\n");
+        if (argc <= 1) remove(path);
+        return 77;
+    }
+    CHECK(fill_small_pages(real));
+    const double small = mapped_share(real, size);
+    printf("page cache filled with readahead off: a mapping of the file %.0f%% in 2 MiB pages\n", 100 * small);
+    CHECKF(small >= 0 && small < 0.1, "the page cache was to hold the file in 4 KiB pages (%.0f%% in 2 MiB)",
+           100 * small);
+
+    sluice_model_params mp = {.mode = SLUICE_MODE_RESIDENT, .n_ctx = 64, .no_watchdog = true};
+    sluice_model *m = sluice_model_load(real, &mp);
+    CHECKF(m != NULL, "resident load: %s", sluice_last_error());
+    long long all = 0;
+    const long long pmd = pmd_bytes_of(real, &all);
+    const double share = pmd < 0 || all <= 0 ? -1 : (double)pmd / (double)all;
+    printf("after a resident load: sluice's mapping %.0f%% in 2 MiB pages (%lld of %lld MB)\n", 100 * share,
+           pmd >> 20, all >> 20);
+    CHECKF(share >= 0.9, "the resident mapping is %.0f%% in 2 MiB pages", 100 * share);
+    /* the weights read back are the file's: a forward pass runs */
+    if (m) {
+        sluice_session *s = sluice_session_new(m, NULL);
+        CHECK(s != NULL);
+        const int32_t tok[2] = {1, 2};
+        if (s) CHECKF(sluice_session_eval(s, tok, 2, NULL) == 0, "eval: %s", sluice_last_error());
+        sluice_session_free(s);
+    }
+    sluice_model_free(m);
+    if (argc <= 1) remove(path);
+    CHECK_DONE();
+#endif
+}
