@@ -164,9 +164,12 @@ void model_mapping_advise_stream(const sluice_model *m) {
  * the file's clean, unmapped pages dropped from the page cache (POSIX_FADV_DONTNEED: pages
  * another process maps or that are dirty stay), the piece read in again. The cost is one more
  * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
- * fragmented) the rest is left as it is. */
+ * fragmented), or the rest would take more than REFRESH_MAX_S at its speed (a slow disk), the
+ * rest is left as it is. */
 #define REFRESH_PIECE ((uint64_t)256 << 20)
 #define HUGE_SHARE_OK 0.9
+#define REFRESH_MAX_S 30.0 /* the estimated re-read of the rest, at the first piece's speed; more: stop
+                            * (SLUICE_REFRESH_MAX_S sets it, for tests) */
 
 /* [a, b): the file offsets of the mapping's 2 MiB-aligned interior; false when it has none */
 static bool huge_interior(const gguf_file *g, byte_range *in) {
@@ -210,10 +213,11 @@ static void refresh_small_pages(const sluice_model *m, byte_range in) {
     if (pmd0 < 0 || (double)pmd0 >= HUGE_SHARE_OK * (double)len) return;
     const int fd = open(m->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return; /* an optimization only */
-    const double t0 = mapping_now();
+    const char *e = getenv("SLUICE_REFRESH_MAX_S");
+    const double max_s = e ? atof(e) : REFRESH_MAX_S, t0 = mapping_now();
     uint64_t done = 0;
-    int64_t pmd = pmd0;
-    for (uint64_t off = 0; off < len; off += REFRESH_PIECE) {
+    const char *stop = NULL;
+    for (uint64_t off = 0; off < len && !stop; off += REFRESH_PIECE) {
         const uint64_t n = len - off < REFRESH_PIECE ? len - off : REFRESH_PIECE;
         /* A new mapping of the piece, not MADV_DONTNEED: that keeps the page tables, and a
          * 2 MiB entry is only made where none is. Mapped elsewhere first and moved over the
@@ -229,18 +233,28 @@ static void refresh_small_pages(const sluice_model *m, byte_range in) {
         const byte_range r = {in.a + off, in.a + off + n};
         populate_runs(g->base, &r, 1);
         done += n;
-        if (off == 0) { /* did the first piece come back in 2 MiB pages? */
-            const int64_t first = pmd_mapped_bytes(p, (size_t)n);
-            if (first < 0 || (double)first < HUGE_SHARE_OK * (double)n) break;
+        if (off == 0 && done < len) {
+            /* Did the first piece come back in 2 MiB pages? The whole interior's count must
+             * have grown by at least half of what the piece held in small pages (its share of
+             * them taken as the interior's; the piece's own mapping may have merged with its
+             * neighbours, so only the whole is counted). And would the rest take too long (a
+             * slow disk: the re-read costs once per load, the 4 KiB pages only per token)? */
+            const int64_t pmd1 = pmd_mapped_bytes(p, (size_t)len);
+            const double small = (double)n * (1.0 - (double)pmd0 / (double)len);
+            const double rest_s = (mapping_now() - t0) * (double)(len - n) / (double)n;
+            if (pmd1 < 0 || (double)(pmd1 - pmd0) < 0.5 * small)
+                stop = "it came back in 4 KiB pages (memory too fragmented?)";
+            else if (rest_s > max_s)
+                stop = "the disk is too slow for the rest";
         }
     }
     close(fd);
-    pmd = pmd_mapped_bytes(p, (size_t)len);
+    const int64_t pmd = pmd_mapped_bytes(p, (size_t)len);
     fprintf(stderr,
             "sluice: the page cache held the model mostly in 4 KiB pages (%.0f%% in 2 MiB pages): read %.1f GB "
-            "again in 2 MiB pages in %.1f s, now %.0f%%\n",
-            100.0 * (double)pmd0 / (double)len, (double)done / 1e9, mapping_now() - t0,
-            pmd < 0 ? 0.0 : 100.0 * (double)pmd / (double)len);
+            "again in 2 MiB pages in %.1f s%s%s, now %.0f%%\n",
+            100.0 * (double)pmd0 / (double)len, (double)done / 1e9, mapping_now() - t0, stop ? ", then stopped: " : "",
+            stop ? stop : "", pmd < 0 ? 0.0 : 100.0 * (double)pmd / (double)len);
 }
 
 /* The weights are read in at load, in file order, before the first token, instead of being

@@ -8,8 +8,10 @@
  * pages off, tmpfs, a kernel without large folios for the file system). Then it fills the page
  * cache with the file in 4 KiB pages (readahead off, POSIX_FADV_RANDOM), shows that a mapping of
  * it is now in 4 KiB pages, and loads the model resident: sluice's mapping of the file must be
- * at least 90% in 2 MiB entries. Sizes come from /proc/self/smaps (FilePmdMapped of the
- * mappings of the file). With a path argument it checks that model file instead (and keeps it). */
+ * at least 90% in 2 MiB entries. Then once more with the re-read told the disk is too slow
+ * (SLUICE_REFRESH_MAX_S=0): only its first 256 MiB piece is read again. Sizes come from
+ * /proc/self/smaps (FilePmdMapped of the mappings of the file). With a path argument it checks
+ * that model file instead (and keeps it). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,20 @@ int main(int argc, char **argv) {
         if (s) CHECKF(sluice_session_eval(s, tok, 2, NULL) == 0, "eval: %s", sluice_last_error());
         sluice_session_free(s);
     }
+    sluice_model_free(m);
+
+    /* a disk too slow for the rest (SLUICE_REFRESH_MAX_S=0: any estimate is too long): only the
+     * first 256 MiB piece is read again, the rest stays in 4 KiB pages, and the load succeeds */
+    CHECK(fill_small_pages(real));
+    setenv("SLUICE_REFRESH_MAX_S", "0", 1);
+    m = sluice_model_load(real, &mp);
+    unsetenv("SLUICE_REFRESH_MAX_S");
+    CHECKF(m != NULL, "resident load, slow-disk stop: %s", sluice_last_error());
+    const long long pmd2 = pmd_bytes_of(real, &all);
+    const double share2 = pmd2 < 0 || all <= 0 ? -1 : (double)pmd2 / (double)all;
+    printf("the same with the re-read stopped after its first piece: %.0f%% in 2 MiB pages\n", 100 * share2);
+    if (size > ((size_t)300 << 20)) /* a first piece of 256 MiB leaves some of the file */
+        CHECKF(share2 > 0.3 && share2 < 0.9, "after a stopped re-read: %.0f%% in 2 MiB pages", 100 * share2);
     sluice_model_free(m);
     if (argc <= 1) remove(path);
     CHECK_DONE();
