@@ -160,9 +160,9 @@ void model_mapping_advise_stream(const sluice_model *m) {
  * collapse a regular file's small folios (MADV_COLLAPSE needs CONFIG_READ_ONLY_THP_FOR_FS). So
  * the mapping's 2 MiB-aligned interior is marked MADV_HUGEPAGE (reads from disk then come in
  * 2 MiB folios, mapped by 2 MiB entries), and where the populated mapping is mostly in small
- * pages its pages are read again: piece by piece, our mapping's pages dropped (MADV_DONTNEED),
- * the file's clean, unmapped pages dropped from the page cache (POSIX_FADV_DONTNEED: pages
- * another process maps or that are dirty stay), the piece read in again. The cost is one more
+ * pages its pages are read again: piece by piece, a new mapping of the piece moved over ours,
+ * the file's clean, unmapped pages of the piece dropped from the page cache (POSIX_FADV_DONTNEED:
+ * pages another process maps or that are dirty stay), the piece read in again. The cost is one more
  * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
  * fragmented), or the rest would take more than REFRESH_MAX_S at its speed (a slow disk), the
  * rest is left as it is. */
@@ -187,7 +187,7 @@ static int64_t pmd_mapped_bytes(const void *p, size_t len) {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f) return -1;
     const uintptr_t lo = (uintptr_t)p, hi = lo + len;
-    char line[512];
+    char line[4096 + 256]; /* a header holds the file's path: whole lines, never a path's tail */
     bool inside = false;
     int64_t kb = 0;
     while (fgets(line, sizeof line, f)) {
