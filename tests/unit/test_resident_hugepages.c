@@ -22,7 +22,7 @@
 
 #include "check.h"
 #include "sluice.h"
-#include "tools/synth.h"
+#include "mini_model.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -101,14 +101,8 @@ int main(int argc, char **argv) {
     return 77;
 #else
     char path[4096], err[512];
-    if (argc > 1) {
-        snprintf(path, sizeof path, "%s", argv[1]);
-    } else {
-        snprintf(path, sizeof path, "%s/resident-hugepages-mini.gguf", SLUICE_TEST_WORK);
-        synth_options o = {.preset = "qwen35moe-mini", .type = "Q4_K_M", .out = path, .seed = 5,
-                           .n_threads = 2, .n_layer = 1};
-        CHECKF(synth_run(&o, NULL, err, sizeof err) == 0, "synth: %s", err);
-    }
+    CHECKF(mini_model_path(argc, argv, "resident-hugepages-mini.gguf", 5, path, sizeof path, err, sizeof err),
+           "synth: %s", err);
     char real[4096];
     if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path); /* smaps names the real path */
     struct stat st;

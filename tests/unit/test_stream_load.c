@@ -20,7 +20,7 @@
 #include "check.h"
 #include "formats/gguf.h"
 #include "sluice.h"
-#include "tools/synth.h"
+#include "mini_model.h"
 
 #define PAGE 4096u
 #define HUGE_PAGE (2u << 20)
@@ -90,14 +90,8 @@ int main(int argc, char **argv) {
     return 77;
 #else
     char path[4096], err[512];
-    if (argc > 1) {
-        snprintf(path, sizeof path, "%s", argv[1]);
-    } else {
-        snprintf(path, sizeof path, "%s/stream-load-mini.gguf", SLUICE_TEST_WORK);
-        synth_options o = {.preset = "qwen35moe-mini", .type = "Q4_K_M", .out = path, .seed = 3,
-                           .n_threads = 2, .n_layer = 1};
-        CHECKF(synth_run(&o, NULL, err, sizeof err) == 0, "synth: %s", err);
-    }
+    CHECKF(mini_model_path(argc, argv, "stream-load-mini.gguf", 3, path, sizeof path, err, sizeof err), "synth: %s",
+           err);
     gguf_file *g = gguf_open(path, err, sizeof err);
     CHECKF(g != NULL, "%s", err);
     if (!g) CHECK_DONE();
