@@ -83,6 +83,138 @@ static void populate_runs(const uint8_t *base, const byte_range *runs, size_t n)
     }
 }
 
+/* ---- 2 MiB pages ----------------------------------------------------------------------------
+ * Weights in 2 MiB pages. Decode reads every active weight once per token, and from 4 KiB
+ * pages it runs at about half the speed: 30B-A3B Q4_K_M resident, 2 threads, 8.8-9.0 t/s after
+ * `cat` had filled the page cache (38% of the file in 2 MiB folios) against 16.7 t/s after the
+ * page cache was dropped and sluice read the file itself (all of it in 2 MiB folios;
+ * bench/results/2026-12-02-cpu-resident-hugepages.md). The page cache keeps whatever folios its
+ * first reader made (a copy, a download, another program's reads), and this kernel cannot
+ * collapse a regular file's small folios (MADV_COLLAPSE needs CONFIG_READ_ONLY_THP_FOR_FS). So
+ * what is read in at load gets MADV_HUGEPAGE (reads from disk then come in 2 MiB folios, mapped
+ * by 2 MiB entries: a resident mapping's 2 MiB-aligned interior, a streamed one's runs of dense
+ * tensors), and where the populated ranges are mostly in small pages they are read again: piece by piece, a new mapping of the piece moved over ours,
+ * the file's clean, unmapped pages of the piece dropped from the page cache (POSIX_FADV_DONTNEED:
+ * pages another process maps or that are dirty stay), the piece read in again. The cost is one more
+ * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
+ * fragmented), or the rest would take more than REFRESH_MAX_S at its speed (a slow disk), the
+ * rest is left as it is. */
+#define REFRESH_PIECE ((uint64_t)256 << 20)
+#define HUGE_SHARE_OK 0.9
+#define REFRESH_MAX_S 30.0 /* the estimated re-read of the rest, at the first piece's speed; more: stop
+                            * (SLUICE_REFRESH_MAX_S sets it, for tests) */
+
+/* [a, b): the file offsets of the mapping's 2 MiB-aligned interior; false when it has none */
+static bool huge_interior(const gguf_file *g, byte_range *in) {
+    const uintptr_t huge = (uintptr_t)2 << 20, base = (uintptr_t)g->base;
+    const uintptr_t ha = (base + huge - 1) & ~(huge - 1), hb = (base + g->size) & ~(huge - 1);
+    if (hb <= ha) return false;
+    *in = (byte_range){ha - base, hb - base};
+    return true;
+}
+
+/* Bytes of [p, p + len) mapped by 2 MiB entries: the FilePmdMapped of the process's mappings
+ * that lie inside it (MADV_HUGEPAGE splits the file's mapping into several); -1 when
+ * /proc/self/smaps cannot be read. */
+static int64_t pmd_mapped_bytes(const void *p, size_t len) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    char line[4096 + 256]; /* a header holds the file's path: whole lines, never a path's tail */
+    bool inside = false;
+    int64_t kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        long long v;
+        /* a mapping's header starts with its lowercase-hex range, its fields with a capital */
+        const bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
+        if (header && sscanf(line, "%lx-%lx", &a, &b) == 2)
+            inside = a >= lo && b <= hi;
+        else if (inside && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1)
+            kb += v;
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Bytes of the runs (file offsets) mapped by 2 MiB entries; -1 when smaps cannot be read */
+static int64_t runs_pmd_bytes(const uint8_t *base, const byte_range *runs, size_t n) {
+    int64_t all = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t b = pmd_mapped_bytes(base + runs[i].a, (size_t)(runs[i].b - runs[i].a));
+        if (b < 0) return -1;
+        all += b;
+    }
+    return all;
+}
+
+/* runs: 2 MiB-aligned ranges of the mapping (file offsets) that are to be in 2 MiB pages;
+ * random: they keep MADV_RANDOM (a streamed model's mapping) */
+static void refresh_small_pages(const sluice_model *m, const byte_range *runs, size_t n_runs, bool random) {
+    const gguf_file *g = m->gguf;
+    uint8_t *base = (uint8_t *)g->base;
+    uint64_t len = 0;
+    for (size_t i = 0; i < n_runs; i++) {
+        if (runs[i].a % ((uint64_t)2 << 20)) return; /* file offsets not on 2 MiB: no 2 MiB entries map them */
+        len += runs[i].b - runs[i].a;
+    }
+    if (!len) return;
+    const int64_t pmd0 = runs_pmd_bytes(base, runs, n_runs);
+    if (pmd0 < 0 || (double)pmd0 >= HUGE_SHARE_OK * (double)len) return;
+    const int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return; /* an optimization only */
+    const char *e = getenv("SLUICE_REFRESH_MAX_S");
+    const double max_s = e ? atof(e) : REFRESH_MAX_S, t0 = mapping_now();
+    uint64_t done = 0;
+    const char *stop = NULL;
+    for (size_t i = 0; i < n_runs && !stop; i++)
+        for (uint64_t off = runs[i].a; off < runs[i].b && !stop; off += REFRESH_PIECE) {
+            const uint64_t n = runs[i].b - off < REFRESH_PIECE ? runs[i].b - off : REFRESH_PIECE;
+            /* A new mapping of the piece, not MADV_DONTNEED: that keeps the page tables, and a
+             * 2 MiB entry is only made where none is. Mapped elsewhere first and moved over the
+             * old one (mremap replaces it in one step), so that a failure leaves the old pages. */
+            void *q = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
+            if (q == MAP_FAILED) {
+                stop = "no new mapping";
+                break;
+            }
+            if (mremap(q, (size_t)n, (size_t)n, MREMAP_MAYMOVE | MREMAP_FIXED, base + off) == MAP_FAILED) {
+                munmap(q, (size_t)n);
+                stop = "no new mapping";
+                break;
+            }
+            madvise(base + off, (size_t)n, MADV_HUGEPAGE);
+            if (random) madvise(base + off, (size_t)n, MADV_RANDOM);
+            posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+            const byte_range r = {off, off + n};
+            populate_runs(base, &r, 1);
+            const bool first = done == 0;
+            done += n;
+            if (first && done < len) {
+                /* Did the first piece come back in 2 MiB pages? The runs' count must have grown
+                 * by at least half of what the piece held in small pages (its share of them
+                 * taken as the runs'; the piece's own mapping may have merged with its
+                 * neighbours, so only whole runs are counted). And would the rest take too long
+                 * (a slow disk: the re-read costs once per load, the 4 KiB pages per token)? */
+                const int64_t pmd1 = runs_pmd_bytes(base, runs, n_runs);
+                const double small = (double)n * (1.0 - (double)pmd0 / (double)len);
+                const double rest_s = (mapping_now() - t0) * (double)(len - n) / (double)n;
+                if (pmd1 < 0 || (double)(pmd1 - pmd0) < 0.5 * small)
+                    stop = "it came back in 4 KiB pages (memory too fragmented?)";
+                else if (rest_s > max_s)
+                    stop = "the disk is too slow for the rest";
+            }
+        }
+    close(fd);
+    const int64_t pmd = runs_pmd_bytes(base, runs, n_runs);
+    fprintf(stderr,
+            "sluice: the page cache held the model's %s mostly in 4 KiB pages (%.0f%% in 2 MiB pages): read %.1f GB "
+            "again in 2 MiB pages in %.1f s%s%s, now %.0f%%\n",
+            random ? "dense weights" : "weights", 100.0 * (double)pmd0 / (double)len, (double)done / 1e9,
+            mapping_now() - t0, stop ? ", then stopped: " : "", stop ? stop : "",
+            pmd < 0 ? 0.0 : 100.0 * (double)pmd / (double)len);
+}
+
 /* ---- streamed -------------------------------------------------------------------------------
  * The routed experts of the mapping must never enter the page cache (a memory cgroup charges
  * it): fault-time readahead around a dense tensor would otherwise pull in megabytes of the
@@ -127,6 +259,7 @@ static void populate_dense_runs(const sluice_model *m, const byte_range *experts
         runs[h++] = (byte_range){ha - base, hb - base};
     }
     populate_runs(g->base, runs, h);
+    if (m->path) refresh_small_pages(m, runs, h, true); /* a page cache that held them in 4 KiB pages */
     free(runs);
 }
 
@@ -151,113 +284,7 @@ void model_mapping_advise_stream(const sluice_model *m) {
 }
 
 /* ---- resident -------------------------------------------------------------------------------
- * Resident weights in 2 MiB pages. Decode reads every active weight once per token, and from
- * 4 KiB pages it runs at about half the speed: 30B-A3B Q4_K_M, 2 threads, 8.8-9.0 t/s after
- * `cat` had filled the page cache (38% of the file in 2 MiB folios) against 16.7 t/s after the
- * page cache was dropped and sluice read the file itself (all of it in 2 MiB folios;
- * bench/results/2026-12-02-cpu-resident-hugepages.md). The page cache keeps whatever folios its
- * first reader made (a copy, a download, another program's reads), and this kernel cannot
- * collapse a regular file's small folios (MADV_COLLAPSE needs CONFIG_READ_ONLY_THP_FOR_FS). So
- * the mapping's 2 MiB-aligned interior is marked MADV_HUGEPAGE (reads from disk then come in
- * 2 MiB folios, mapped by 2 MiB entries), and where the populated mapping is mostly in small
- * pages its pages are read again: piece by piece, a new mapping of the piece moved over ours,
- * the file's clean, unmapped pages of the piece dropped from the page cache (POSIX_FADV_DONTNEED:
- * pages another process maps or that are dirty stay), the piece read in again. The cost is one more
- * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
- * fragmented), or the rest would take more than REFRESH_MAX_S at its speed (a slow disk), the
- * rest is left as it is. */
-#define REFRESH_PIECE ((uint64_t)256 << 20)
-#define HUGE_SHARE_OK 0.9
-#define REFRESH_MAX_S 30.0 /* the estimated re-read of the rest, at the first piece's speed; more: stop
-                            * (SLUICE_REFRESH_MAX_S sets it, for tests) */
-
-/* [a, b): the file offsets of the mapping's 2 MiB-aligned interior; false when it has none */
-static bool huge_interior(const gguf_file *g, byte_range *in) {
-    const uintptr_t huge = (uintptr_t)2 << 20, base = (uintptr_t)g->base;
-    const uintptr_t ha = (base + huge - 1) & ~(huge - 1), hb = (base + g->size) & ~(huge - 1);
-    if (hb <= ha) return false;
-    *in = (byte_range){ha - base, hb - base};
-    return true;
-}
-
-/* Bytes of [p, p + len) mapped by 2 MiB entries: the FilePmdMapped of the process's mappings
- * that lie inside it (MADV_HUGEPAGE splits the file's mapping into several); -1 when
- * /proc/self/smaps cannot be read. */
-static int64_t pmd_mapped_bytes(const void *p, size_t len) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
-    const uintptr_t lo = (uintptr_t)p, hi = lo + len;
-    char line[4096 + 256]; /* a header holds the file's path: whole lines, never a path's tail */
-    bool inside = false;
-    int64_t kb = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long a, b;
-        long long v;
-        /* a mapping's header starts with its lowercase-hex range, its fields with a capital */
-        const bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
-        if (header && sscanf(line, "%lx-%lx", &a, &b) == 2)
-            inside = a >= lo && b <= hi;
-        else if (inside && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1)
-            kb += v;
-    }
-    fclose(f);
-    return kb * 1024;
-}
-
-static void refresh_small_pages(const sluice_model *m, byte_range in) {
-    const gguf_file *g = m->gguf;
-    uint8_t *p = (uint8_t *)g->base + in.a;
-    const uint64_t len = in.b - in.a;
-    if (in.a % ((uint64_t)2 << 20)) return; /* file offsets not on 2 MiB: no 2 MiB entries can map it */
-    const int64_t pmd0 = pmd_mapped_bytes(p, (size_t)len);
-    if (pmd0 < 0 || (double)pmd0 >= HUGE_SHARE_OK * (double)len) return;
-    const int fd = open(m->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return; /* an optimization only */
-    const char *e = getenv("SLUICE_REFRESH_MAX_S");
-    const double max_s = e ? atof(e) : REFRESH_MAX_S, t0 = mapping_now();
-    uint64_t done = 0;
-    const char *stop = NULL;
-    for (uint64_t off = 0; off < len && !stop; off += REFRESH_PIECE) {
-        const uint64_t n = len - off < REFRESH_PIECE ? len - off : REFRESH_PIECE;
-        /* A new mapping of the piece, not MADV_DONTNEED: that keeps the page tables, and a
-         * 2 MiB entry is only made where none is. Mapped elsewhere first and moved over the
-         * old one (mremap replaces it in one step), so that a failure leaves the old pages. */
-        void *q = mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, (off_t)(in.a + off));
-        if (q == MAP_FAILED) break;
-        if (mremap(q, (size_t)n, (size_t)n, MREMAP_MAYMOVE | MREMAP_FIXED, p + off) == MAP_FAILED) {
-            munmap(q, (size_t)n);
-            break;
-        }
-        madvise(p + off, (size_t)n, MADV_HUGEPAGE);
-        posix_fadvise(fd, (off_t)(in.a + off), (off_t)n, POSIX_FADV_DONTNEED);
-        const byte_range r = {in.a + off, in.a + off + n};
-        populate_runs(g->base, &r, 1);
-        done += n;
-        if (off == 0 && done < len) {
-            /* Did the first piece come back in 2 MiB pages? The whole interior's count must
-             * have grown by at least half of what the piece held in small pages (its share of
-             * them taken as the interior's; the piece's own mapping may have merged with its
-             * neighbours, so only the whole is counted). And would the rest take too long (a
-             * slow disk: the re-read costs once per load, the 4 KiB pages only per token)? */
-            const int64_t pmd1 = pmd_mapped_bytes(p, (size_t)len);
-            const double small = (double)n * (1.0 - (double)pmd0 / (double)len);
-            const double rest_s = (mapping_now() - t0) * (double)(len - n) / (double)n;
-            if (pmd1 < 0 || (double)(pmd1 - pmd0) < 0.5 * small)
-                stop = "it came back in 4 KiB pages (memory too fragmented?)";
-            else if (rest_s > max_s)
-                stop = "the disk is too slow for the rest";
-        }
-    }
-    close(fd);
-    const int64_t pmd = pmd_mapped_bytes(p, (size_t)len);
-    fprintf(stderr,
-            "sluice: the page cache held the model mostly in 4 KiB pages (%.0f%% in 2 MiB pages): read %.1f GB "
-            "again in 2 MiB pages in %.1f s%s%s, now %.0f%%\n",
-            100.0 * (double)pmd0 / (double)len, (double)done / 1e9, mapping_now() - t0, stop ? ", then stopped: " : "",
-            stop ? stop : "", pmd < 0 ? 0.0 : 100.0 * (double)pmd / (double)len);
-}
-
-/* The weights are read in at load, in file order, before the first token, instead of being
+ * The weights are read in at load, in file order, before the first token, instead of being
  * faulted in at random inside the first prefill. Otherwise the first work after a cold page
  * cache pays the reads (measured: 30B-A3B prefill of 512 tokens at 23.0 t/s cold vs 31.7 t/s
  * warm) and a benchmark depends on what ran before it. The plan has already counted these pages
@@ -270,7 +297,7 @@ void model_mapping_populate_resident(const sluice_model *m) {
     if (huge) madvise((void *)(g->base + in.a), (size_t)(in.b - in.a), MADV_HUGEPAGE);
     const byte_range all = {0, g->size};
     populate_runs(g->base, &all, 1);
-    if (huge && m->path) refresh_small_pages(m, in);
+    if (huge && m->path) refresh_small_pages(m, &in, 1, false);
 }
 
 /* --mlock: the resident mapping's pages stay in RAM. Otherwise the page cache evicts them when

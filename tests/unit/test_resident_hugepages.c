@@ -23,34 +23,9 @@
 #include "check.h"
 #include "sluice.h"
 #include "mini_model.h"
+#include "page_cache.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
-
-/* bytes of the process's mappings of path that 2 MiB entries map (FilePmdMapped), and the
- * mappings' size; -1 when smaps cannot be read */
-static long long pmd_bytes_of(const char *path, long long *mapped) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
-    char line[4608];
-    bool ours = false;
-    long long kb = 0, size_kb = 0, v;
-    const size_t pl = strlen(path);
-    while (fgets(line, sizeof line, f)) {
-        const bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
-        if (header) {
-            size_t n = strlen(line);
-            while (n && line[n - 1] == '\n') line[--n] = 0;
-            ours = n >= pl && strcmp(line + n - pl, path) == 0;
-        } else if (ours && sscanf(line, "FilePmdMapped: %lld kB", &v) == 1) {
-            kb += v;
-        } else if (ours && sscanf(line, "Size: %lld kB", &v) == 1) {
-            size_kb += v;
-        }
-    }
-    fclose(f);
-    if (mapped) *mapped = size_kb * 1024;
-    return kb * 1024;
-}
 
 /* the share of a fresh MADV_HUGEPAGE mapping of the file that 2 MiB entries map once read in */
 static double mapped_share(const char *path, size_t size) {
@@ -67,30 +42,6 @@ static double mapped_share(const char *path, size_t size) {
     const long long pmd = pmd_bytes_of(path, &all);
     munmap(p, size);
     return pmd < 0 || all <= 0 ? -1 : (double)pmd / (double)all;
-}
-
-/* drop the file's pages from the page cache, or read it back in 4 KiB pages */
-static bool drop_file(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return false;
-    fsync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-    return true;
-}
-
-static bool fill_small_pages(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return false;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* the read path then adds 4 KiB folios only */
-    char *buf = malloc((size_t)1 << 20);
-    off_t off = 0;
-    ssize_t r = 0;
-    while (buf && (r = pread(fd, buf, (size_t)1 << 20, off)) > 0) off += r;
-    free(buf);
-    close(fd);
-    return r == 0;
 }
 
 /* MODEL (optional): check that file instead of the synthetic one, and keep it */
