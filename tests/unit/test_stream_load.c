@@ -2,7 +2,10 @@
  * right after sluice_model_load, every page of the output head (less 2 MiB at each end, where
  * its run's huge pages may stop) is in the page cache, while no page inside a routed expert
  * tensor is (experts are read with direct I/O into the expert cache, and the mapping's expert
- * bytes must stay out of a cgroup's page cache). A plan-only load reads nothing.
+ * bytes must stay out of a cgroup's page cache). A plan-only load reads nothing. And when the
+ * page cache held the file in 4 KiB pages before the load, the dense runs are read again into
+ * 2 MiB pages (refresh_small_pages): the head's interior mapped by 2 MiB entries, still no
+ * expert page.
  *
  * The model is a one-layer qwen35moe-mini from synth: a 199 MB Q6_K output head, and a 4.6 MB
  * run of dense tensors right before the routed experts (whose huge-page reads must stop at the
