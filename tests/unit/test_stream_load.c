@@ -63,11 +63,7 @@ static void interior(const gguf_tensor *t, const uint8_t **a, const uint8_t **b)
 
 /* drop the file's pages from the page cache; true when none inside [a, b) is left */
 static bool drop_cached(const char *path, const uint8_t *a, const uint8_t *b) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return false;
-    fsync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
+    if (!drop_file(path)) return false;
     size_t n;
     return resident_pages(a, b, &n) == 0;
 }
