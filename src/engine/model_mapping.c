@@ -93,12 +93,12 @@ static void populate_runs(const uint8_t *base, const byte_range *runs, size_t n)
  * collapse a regular file's small folios (MADV_COLLAPSE needs CONFIG_READ_ONLY_THP_FOR_FS). So
  * what is read in at load gets MADV_HUGEPAGE (reads from disk then come in 2 MiB folios, mapped
  * by 2 MiB entries: a resident mapping's 2 MiB-aligned interior, a streamed one's runs of dense
- * tensors), and where the populated ranges are mostly in small pages they are read again: piece by piece, a new mapping of the piece moved over ours,
- * the file's clean, unmapped pages of the piece dropped from the page cache (POSIX_FADV_DONTNEED:
- * pages another process maps or that are dirty stay), the piece read in again. The cost is one more
- * read of the file at load; when the first piece does not come back in 2 MiB pages (memory too
- * fragmented), or the rest would take more than REFRESH_MAX_S at its speed (a slow disk), the
- * rest is left as it is. */
+ * tensors), and where the populated ranges are mostly in small pages they are read again, piece
+ * by piece: a new mapping of the piece moved over ours, the file's clean, unmapped pages of the
+ * piece dropped from the page cache (POSIX_FADV_DONTNEED: pages another process maps or that
+ * are dirty stay), the piece read in again. The cost is one more read of those bytes at load;
+ * when the first piece does not come back in 2 MiB pages (memory too fragmented), or the rest
+ * would take more than REFRESH_MAX_S at its speed (a slow disk), the rest is left as it is. */
 #define REFRESH_PIECE ((uint64_t)256 << 20)
 #define HUGE_SHARE_OK 0.9
 #define REFRESH_MAX_S 30.0 /* the estimated re-read of the rest, at the first piece's speed; more: stop
