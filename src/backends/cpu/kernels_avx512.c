@@ -1088,6 +1088,8 @@ static inline __m512 exp_s16(__m512 x) {
  *  - value: per (head, 16-lane chunk) o = o * c, then o = fma(e_p, v_p, o) for the keys in
  *    order; chunks are independent, so four at a time in separate passes over the keys;
  *  - l = l + (double)e_p per head in key order (in the first value pass).
+ * With many query rows per tile the scores come from keys transposed into the lanes
+ * (attn512_scores_t), whose vector additions are the same fold.
  * Heads in groups of ATTN_GB per pass over the tiles (scores and weights of a tile kept for the
  * group), blocks of up to ATTN_HB heads inside; each (NQ, NV, H) is a separate always-inlined
  * instance, so the loops unroll and the accumulators stay in registers. kernel_attn_tokens: up
@@ -1098,6 +1100,9 @@ static inline __m512 exp_s16(__m512 x) {
 #define ATTN_GB 8
 #define ATTN_HB 4
 #define ATTN_TB 8
+/* Query rows (tokens x heads of a group) from which a tile's keys are transposed for the
+ * scores (attn512_keys_t): a one-token decode's 8 heads fold, a 2-token block transposes */
+#define ATTN_T_QUERIES 16
 #define ATTN_INLINE static inline __attribute__((always_inline))
 #define ATTN_UNROLL _Pragma("GCC unroll 16")
 
@@ -1155,6 +1160,115 @@ ATTN_INLINE void attn512_scores(const int NQ, const int H, const float *q, size_
     for (int h = 0; h < H; h++) mt[h] = _mm512_reduce_max_ps(vmax[h]);
 }
 
+/* Key vectors (16 keys) the transposed scores compute for nt keys: 1, 2 or the whole tile. */
+static inline int attn512_key_vectors(int nt) { return nt <= 16 ? 1 : nt <= 32 ? 2 : KERNEL_ATTN_TILE / 16; }
+
+/* The same scores for many queries at once (a block of prefill tokens times the group's heads,
+ * at least ATTN_T_QUERIES rows): the tile's keys transposed into the lanes once, so that the
+ * 16-lane fold of every (row, key) becomes additions of whole vectors. Element d = 16j + c of
+ * key p at kT[(c * NQ + j) * KERNEL_ATTN_TILE + p] (an element class's NQ rows side by side),
+ * for the tile's nt keys at k, zero up to the key vectors computed (attn512_key_vectors);
+ * 16 x 16 blocks transposed in registers (unpack, unpack, two 128-bit shuffles). */
+ATTN_INLINE void attn512_keys_t(const int NQ, const float *k, size_t k_stride, int nt, float *kT) {
+    const int np = 16 * attn512_key_vectors(nt);
+    for (int p0 = 0; p0 < np; p0 += 16) {
+        if (p0 >= nt) {
+            for (int r = 0; r < 16 * NQ; r++) _mm512_store_ps(kT + (size_t)r * KERNEL_ATTN_TILE + p0, _mm512_setzero_ps());
+            continue;
+        }
+        for (int j = 0; j < NQ; j++) {
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = p0 + i < nt ? _mm512_loadu_ps(k + (size_t)(p0 + i) * k_stride + 16 * j) : _mm512_setzero_ps();
+            for (int i = 0; i < 8; i++) { /* quarter L: keys 2i, 2i+1 of elements 4L, 4L+1 / 4L+2, 4L+3 */
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for (int i = 0; i < 4; i++) { /* r[4i + m], quarter L: keys 4i .. 4i+3 of element 4L + m */
+                const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+                const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+                r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+                r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+                r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+                r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+            }
+            for (int m = 0; m < 4; m++) { /* quarters: [keys 0-3 of element m, 8+m | keys 4-7 ...] */
+                t[4 * m] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+                t[4 * m + 1] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
+                t[4 * m + 2] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+                t[4 * m + 3] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
+            }
+            float *o = kT + (size_t)j * KERNEL_ATTN_TILE + p0; /* element 16j + c at row c * NQ + j */
+            const size_t cs = (size_t)NQ * KERNEL_ATTN_TILE;
+            for (int m = 0; m < 4; m++) { /* elements m, 4 + m, 8 + m, 12 + m: 16 keys each */
+                _mm512_store_ps(o + (size_t)m * cs, _mm512_shuffle_f32x4(t[4 * m], t[4 * m + 2], 0x88));
+                _mm512_store_ps(o + (size_t)(4 + m) * cs, _mm512_shuffle_f32x4(t[4 * m + 1], t[4 * m + 3], 0x88));
+                _mm512_store_ps(o + (size_t)(8 + m) * cs, _mm512_shuffle_f32x4(t[4 * m], t[4 * m + 2], 0xdd));
+                _mm512_store_ps(o + (size_t)(12 + m) * cs, _mm512_shuffle_f32x4(t[4 * m + 1], t[4 * m + 3], 0xdd));
+            }
+        }
+    }
+}
+
+/* attn512_scores from the transposed keys, the same bits: lane p of part[c] is key p's
+ * accumulator of element class c (acc = fma(q_d, k_d, acc) over d = c, c + 16, ... in order,
+ * from zero), and the fold adds classes c and c + w for w = 8, 4, 2, 1 as vectors, which is
+ * the 16-lane fold of one key. One class at a time over NV4 key vectors and H heads (16
+ * accumulators, 8 loads per 16 FMAs); its loop over the classes is not unrolled (unrolled, the
+ * code outgrew the op cache and was slower). Padding keys are computed and never read.
+ * bench_kernels --attn --toks 2048, alternating with the fold16x16 form: 30B-A3B shape 1 thread
+ * 302 -> 249 ms, 2 threads 194 -> 156 ms; 35B-A3B 266 -> 230, 164 -> 144; head size 64
+ * 105 -> 79, 62 -> 47. */
+ATTN_INLINE void attn512_scores_t(const int NQ, const int H, const int NV4, const float *q, size_t q_stride,
+                                  const float *kT, int nt, float scale, float (*sc)[KERNEL_ATTN_TILE], float *mt) {
+    __m512 part[16][ATTN_HB][KERNEL_ATTN_TILE / 16];
+#pragma GCC unroll 1
+    for (int c = 0; c < 16; c++) {
+        __m512 acc[ATTN_HB][KERNEL_ATTN_TILE / 16];
+        ATTN_UNROLL
+        for (int h = 0; h < H; h++)
+            ATTN_UNROLL
+            for (int i = 0; i < NV4; i++) acc[h][i] = _mm512_setzero_ps();
+        ATTN_UNROLL
+        for (int j = 0; j < NQ; j++) {
+            const int d = 16 * j + c;
+            __m512 kv[KERNEL_ATTN_TILE / 16];
+            ATTN_UNROLL
+            for (int i = 0; i < NV4; i++) kv[i] = _mm512_load_ps(kT + (size_t)(c * NQ + j) * KERNEL_ATTN_TILE + 16 * i);
+            ATTN_UNROLL
+            for (int h = 0; h < H; h++) {
+                const __m512 qd = _mm512_set1_ps(q[(size_t)h * q_stride + d]);
+                ATTN_UNROLL
+                for (int i = 0; i < NV4; i++) acc[h][i] = _mm512_fmadd_ps(qd, kv[i], acc[h][i]);
+            }
+        }
+        ATTN_UNROLL
+        for (int h = 0; h < H; h++)
+            ATTN_UNROLL
+            for (int i = 0; i < NV4; i++) part[c][h][i] = acc[h][i];
+    }
+    ATTN_UNROLL
+    for (int h = 0; h < H; h++) {
+        __m512 vmax = _mm512_set1_ps(-INFINITY);
+        ATTN_UNROLL
+        for (int i = 0; i < NV4; i++) {
+            const int kk = nt - 16 * i;
+            if (kk <= 0) break;
+            __m512 f[8];
+            ATTN_UNROLL
+            for (int c = 0; c < 8; c++) f[c] = _mm512_add_ps(part[c][h][i], part[c + 8][h][i]);
+            ATTN_UNROLL
+            for (int c = 0; c < 4; c++) f[c] = _mm512_add_ps(f[c], f[c + 4]);
+            ATTN_UNROLL
+            for (int c = 0; c < 2; c++) f[c] = _mm512_add_ps(f[c], f[c + 2]);
+            const __m512 sv = _mm512_mul_ps(_mm512_add_ps(f[0], f[1]), _mm512_set1_ps(scale));
+            _mm512_store_ps(sc[h] + 16 * i, sv);
+            vmax = _mm512_mask_max_ps(vmax, (__mmask16)(kk >= 16 ? 0xffff : (1u << kk) - 1), sv, vmax);
+        }
+        mt[h] = _mm512_reduce_max_ps(vmax);
+    }
+}
+
 /* o_h = o_h * c[h] + sum_p e[h][p] v_p over the nt values at v (o_h at out + h * out_stride),
  * l[h] = l[h] + e[h][p] in key order. */
 ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERNEL_ATTN_TILE], const float *v,
@@ -1210,6 +1324,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
     float m[ATTN_TB][ATTN_GB], mt[ATTN_GB], c[ATTN_GB];
     double l[ATTN_TB][ATTN_GB];
     _Alignas(64) float sc[ATTN_GB][KERNEL_ATTN_TILE], e[ATTN_GB][KERNEL_ATTN_TILE];
+    _Alignas(64) float kT[256 * KERNEL_ATTN_TILE]; /* 16 * NQ rows used */
     for (int t0 = 0; t0 < T; t0 += ATTN_TB) {
         const int T1 = T - t0 < ATTN_TB ? T - t0 : ATTN_TB;
         for (int g0 = 0; g0 < G; g0 += ATTN_GB) {
@@ -1222,8 +1337,11 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                     for (int j = 0; j < NV; j++) _mm512_storeu_ps(o + 16 * j, _mm512_setzero_ps());
                 }
             const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
+            const bool transposed = T1 * G1 >= ATTN_T_QUERIES;
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+                if (transposed)
+                    attn512_keys_t(NQ, kt, k_stride, n_last - p0 < KERNEL_ATTN_TILE ? n_last - p0 : KERNEL_ATTN_TILE, kT);
                 for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
                     const int n_t = n_kv + t0 + t;
                     if (p0 >= n_t) continue;
@@ -1231,8 +1349,19 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                     const float *qg = q + (size_t)(t0 + t) * q_tok_stride + (size_t)g0 * q_stride;
                     float *og = out + (size_t)(t0 + t) * out_tok_stride + (size_t)g0 * out_stride;
 #define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
-                    ATTN_BLOCKS(G1, ATTN_SCORES)
+#define ATTN_SCORES_T(H)                                                                                          \
+    switch (attn512_key_vectors(nt)) {                                                                            \
+    case 1: attn512_scores_t(NQ, H, 1, qg + (size_t)h0 * q_stride, q_stride, kT, nt, scale, sc + h0, mt + h0); break; \
+    case 2: attn512_scores_t(NQ, H, 2, qg + (size_t)h0 * q_stride, q_stride, kT, nt, scale, sc + h0, mt + h0); break; \
+    default: attn512_scores_t(NQ, H, KERNEL_ATTN_TILE / 16, qg + (size_t)h0 * q_stride, q_stride, kT, nt, scale, sc + h0, mt + h0); break; \
+    }
+                    if (transposed) {
+                        ATTN_BLOCKS(G1, ATTN_SCORES_T)
+                    } else {
+                        ATTN_BLOCKS(G1, ATTN_SCORES)
+                    }
 #undef ATTN_SCORES
+#undef ATTN_SCORES_T
                     for (int g = 0; g < G1; g++) {
                         float mn = m[t][g] > mt[g] ? m[t][g] : mt[g];
                         c[g] = kernel_exp_s(m[t][g] - mn);
