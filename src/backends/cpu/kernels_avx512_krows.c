@@ -165,10 +165,10 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
     const int bytes = kr_bytes[kind], pair_lines = (2 * ROWS8 * bytes + 63) / 64;
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     /* tree inputs per token and row, and the mins of each (row, super-block) lane (Q4_K / Q5_K:
-     * four int16 pairs, at [q = lane % 4][lane / 4] so that four loads and a 4 x 4 transpose
-     * give the lanes' pair k in vector k) */
+     * four int16 pairs a super-block, a row's two in one register, so that a 4 x 4 transpose
+     * gives the lanes' pair k in vector k) */
     __m512i tin[KR_TOKS][ROWS8];
-    __m128i mins[4][4];
+    __m256i mins[ROWS8]; /* row r: the mins of super-blocks b (low half) and b + 1 */
     for (int t = 0; t < tn; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t pi = 0; pi < np; pi++) {
         const int64_t b = 2 * pi;
@@ -203,14 +203,16 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
                                                     _mm512_loadu_si512((const void *)(pp + (size_t)t * tb + KR_BS)));
             } else {
                 for (int t = 0; t < tn; t++) tin[t][r] = kr_fold(a0[t], a1[t]);
-                mins[r % 4][(r / 4) * 2] = _mm256_extracti128_si256(sm0, 1);
-                mins[r % 4][(r / 4) * 2 + 1] = _mm256_extracti128_si256(sm1, 1);
+                mins[r] = _mm256_permute2x128_si256(sm0, sm1, 0x31);
             }
         }
         __m512i m[4];
         if (kind != KR_Q6_K) {
+            /* z[q]: rows q and q + 4, each super-block b then b + 1, built in registers (a
+             * 512-bit load of four 128-bit stores cannot be forwarded from the store buffer:
+             * it waited for them to retire) */
             __m512i z[4];
-            for (int q = 0; q < 4; q++) z[q] = _mm512_loadu_si512((const void *)mins[q]);
+            for (int q = 0; q < 4; q++) z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(mins[q]), mins[q + 4], 1);
             const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
             const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
             m[0] = _mm512_unpacklo_epi64(t0, t2);
