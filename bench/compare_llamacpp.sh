@@ -11,7 +11,8 @@
 # Prints (and with -o writes) a markdown report: machine facts and load before/after, the exact
 # commands, raw CSV of both tools, and a table of tokens/s with sluice/llama.cpp ratios. Decode
 # is also given against the roofline: bytes per token (every non-expert tensor except the token
-# embedding, plus used/total of the routed-expert tensors) / measured read bandwidth.
+# embedding, plus used/total of the routed-expert tensors) / the read bandwidth measured just
+# before and just after that tool's run (their mean; the host's bandwidth moves minute to minute).
 set -euo pipefail
 
 usage() { sed -n '2,12p' "$0"; exit 2; }
@@ -42,18 +43,26 @@ BPT=$(awk '
     if (name ~ /_exps\./) ex+=b; else other+=b }
   END { if (!cnt) {cnt=1; used=1}; printf "%.0f", other + ex*used/cnt }' <<<"$INFO")
 
-BW=
-if [ -x "$BENCH_KERNELS" ]; then
-  BW=$("$BENCH_KERNELS" --bw-only --threads "$T" --mb 2048 --reps 3 | awk '/memory read bandwidth/ {print $(NF-3)}')
-fi
+# The read bandwidth, measured before sluice, between the two tools and after llama.cpp: on a
+# shared host it moves by tens of percent from minute to minute, so each tool's decode is set
+# against the mean of the two measurements around its own run.
+bw() {
+  [ -x "$BENCH_KERNELS" ] || return 0
+  "$BENCH_KERNELS" --bw-only --threads "$T" --mb 2048 --reps 3 | awk '/memory read bandwidth/ {print $(NF-3)}'
+}
+mean() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2f", (a + b) / 2}'; }
 
 LOAD0=$(load)
 SL_CMD=("$SLUICE" bench -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" --csv ${SLUICE_ARGS:-})
 LB_CMD=("$LLAMA_BENCH" -m "$MODEL" -p "$P" -n "$N" -r "$R" -t "$T" -o csv ${LLAMA_ARGS:-})
+BW0=$(bw)
 "${SL_CMD[@]}" > "$TMP/sluice.csv" 2> "$TMP/sluice.err"
 LOAD1=$(load)
+BW1=$(bw)
 "${LB_CMD[@]}" > "$TMP/llama.csv" 2> "$TMP/llama.err"
 LOAD2=$(load)
+BW2=$(bw)
+BWS=$(mean "$BW0" "$BW1"); BWL=$(mean "$BW1" "$BW2")
 
 # CSV to fields: quoted fields lose their quotes and any comma inside them (a model name such
 # as "Qwen3-30B-A3B (synthetic), 4 layers" is one field), then split at commas
@@ -81,7 +90,7 @@ SL=$(read_sluice); LB=$(read_llama)
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); sluice $(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo ?)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)'); llama.cpp $(grep -o '"build_commit":"[^"]*"' "$TMP/llama.err" 2>/dev/null | head -1 || true)$(awk -F, 'NR==2 {gsub(/"/,""); print $1}' "$TMP/llama.csv")"
   echo "- machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM; threads $T"
   echo "- load average (1/5/15 min): before $LOAD0, after sluice $LOAD1, after llama.cpp $LOAD2"
-  echo "- memory read bandwidth (bench_kernels, $T threads): ${BW:-n/a} GB/s; bytes per decoded token: $(awk -v b="$BPT" 'BEGIN {printf "%.3f GB", b/1e9}')"
+  echo "- memory read bandwidth (bench_kernels --bw-only, $T threads) before sluice, between the tools, after llama.cpp: ${BW0:-n/a} / ${BW1:-n/a} / ${BW2:-n/a} GB/s; bytes per decoded token: $(awk -v b="$BPT" 'BEGIN {printf "%.3f GB", b/1e9}')"
   echo "- sluice: \`${SL_CMD[*]}\`"
   echo "- llama.cpp: \`${LB_CMD[*]}\` (defaults: f16 KV cache, flash attention auto)"
   echo
@@ -95,10 +104,11 @@ SL=$(read_sluice); LB=$(read_llama)
   l=$(awk -v n="$N" '$1=="tg" && $2==n {print $3}' <<<"$LB")
   s=$(head -1 <<<"$SL" | awk '{print $3}')
   echo "| decode $N (sluice after the shortest prompt) | ${l:-n/a} | ${s:-n/a} | $(awk -v a="$s" -v b="$l" 'BEGIN {if (b>0 && a>0) printf "%.2fx", a/b; else print "n/a"}') |"
-  if [ -n "$BW" ]; then
+  if [ -n "$BWS" ] && [ -n "$BWL" ]; then
     echo
-    echo "Decode roofline: $(awk -v b="$BPT" -v w="$BW" 'BEGIN {printf "%.2f", w*1e9/b}') t/s at the measured bandwidth;" \
-      "sluice at $(awk -v b="$BPT" -v w="$BW" -v s="$s" 'BEGIN {printf "%.0f%%", 100*s*b/(w*1e9)}'), llama.cpp at $(awk -v b="$BPT" -v w="$BW" -v s="$l" 'BEGIN {printf "%.0f%%", 100*s*b/(w*1e9)}') of it."
+    echo "Decode roofline (bytes per token / the bandwidth around each tool's run): sluice" \
+      "$(awk -v b="$BPT" -v w="$BWS" -v s="$s" 'BEGIN {printf "%.0f%% of %.2f t/s (%s GB/s)", 100*s*b/(w*1e9), w*1e9/b, w}'), llama.cpp" \
+      "$(awk -v b="$BPT" -v w="$BWL" -v s="$l" 'BEGIN {printf "%.0f%% of %.2f t/s (%s GB/s)", 100*s*b/(w*1e9), w*1e9/b, w}')."
   fi
   echo
   echo "<details><summary>raw CSV</summary>"

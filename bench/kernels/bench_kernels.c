@@ -2,6 +2,7 @@
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
  *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]
+ *                 [--experts-one]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
  * beyond the last-level cache) and a small one (4 MiB, cache resident), multiplied by one
@@ -17,11 +18,14 @@
  * --device-rows: backends/cpu/device_rows.c (the GPU's expert products on the host, --gpu-miss
  * host) at the 35B-A3B expert shape (Q4_K gate/up 2048 -> 512, Q6_K down) on T threads, 1, 2
  * and 4 experts a call, each call's experts from a pool of 64 (128 MiB: cache-resident on a big
- * last-level cache) or from --mb MiB of them (DRAM); microseconds an expert. */
+ * last-level cache) or from --mb MiB of them (DRAM); microseconds an expert.
+ * --experts-one: a decode step's routed experts through the backend's experts_one, from a pool
+ * of --mb MiB (experts_one_bench below); --reps sets the steps (default 200). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backends/backend.h"
@@ -293,9 +297,100 @@ static void device_rows_bench(int threads, int reps, size_t pool_bytes) {
     free(y);
 }
 
+/* --experts-one: a decode step's routed experts through the backend's experts_one (two
+ * dispatches a layer: all gate/up rows, then all down rows) at the 30B-A3B shape (128 experts
+ * of Q4_K gate/up 768 x 2048; down 2048 x 768 in Q4_K and Q6_K on alternate layers, as in a
+ * Q4_K_M file), 8 random experts a layer, from a pool of --mb MiB in 2 MiB pages (as a resident
+ * model is mapped). Reports the weight bytes a step reads over its time, best and median of
+ * `steps` steps, against the read bandwidth measured just before and just after (their mean):
+ * what the decode's expert path makes of the memory, beside the one-matrix stream above. */
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void experts_one_bench(int threads, int steps, size_t pool_bytes) {
+    enum { E = 128, F = 768, H = 2048, K = 8 };
+    const uint32_t tg = GGML_TYPE_Q4_K, td[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    const size_t rg = quant_row_bytes(tg, H), gu = rg * F;
+    size_t eb[2];
+    for (int i = 0; i < 2; i++) eb[i] = 2 * gu + quant_row_bytes(td[i], F) * H;
+    const size_t pair = (size_t)E * (eb[0] + eb[1]); /* two layers, one of each down type */
+    const int L = (int)(pool_bytes / pair) * 2 > 2 ? (int)(pool_bytes / pair) * 2 : 2;
+    const size_t total = (size_t)L / 2 * pair, huge = (size_t)2 << 20;
+    const size_t alloc = (total + huge - 1) / huge * huge;
+    uint8_t *buf = aligned_alloc(huge, alloc);
+    if (!buf) return;
+    madvise(buf, alloc, MADV_HUGEPAGE);
+    for (int l = 0; l < L; l++) {
+        uint8_t *lay = buf + (size_t)(l / 2) * pair + (size_t)(l % 2) * (size_t)E * eb[0];
+        for (int e = 0; e < E; e++) {
+            uint8_t *x = lay + (size_t)e * eb[l % 2];
+            fill_weights(tg, x, 2 * gu, H);
+            fill_weights(td[l % 2], x + 2 * gu, eb[l % 2] - 2 * gu, F);
+        }
+    }
+    backend *be = backend_cpu_new(threads);
+    float *xin = malloc(sizeof(float) * H), *outs = malloc(sizeof(float) * H * K);
+    double *gbs = malloc(sizeof(double) * (size_t)steps);
+    if (!be || !xin || !outs || !gbs || !be->ops->experts_one) {
+        printf("experts_one: not available\n");
+        goto done;
+    }
+    for (int i = 0; i < H; i++) xin[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    float *out[K];
+    for (int k = 0; k < K; k++) out[k] = outs + (size_t)k * H;
+    const double bw0 = mem_bandwidth_mt(be, buf, total, 3);
+    double bytes_step = 0;
+    for (int l = 0; l < L; l++) bytes_step += (double)K * (double)eb[l % 2];
+    for (int st = -1; st < steps; st++) { /* step -1: warm-up, not counted */
+        const double t0 = now();
+        for (int l = 0; l < L; l++) {
+            const uint8_t *lay = buf + (size_t)(l / 2) * pair + (size_t)(l % 2) * (size_t)E * eb[0];
+            tview g[K], u[K], d[K];
+            const tview *gp[K], *up[K], *dp[K];
+            for (int k = 0; k < K; k++) { /* 8 distinct experts */
+                int e;
+                for (;;) {
+                    e = (int)(rnd() % E);
+                    int dup = 0;
+                    for (int j = 0; j < k; j++) dup |= g[j].data == lay + (size_t)e * eb[l % 2];
+                    if (!dup) break;
+                }
+                const uint8_t *x = lay + (size_t)e * eb[l % 2];
+                const size_t rd = quant_row_bytes(td[l % 2], F);
+                g[k] = (tview){.type = tg, .ne = {H, F, 1, 1}, .row_bytes = rg, .mat_bytes = gu, .data = x, .name = "gate"};
+                u[k] = (tview){.type = tg, .ne = {H, F, 1, 1}, .row_bytes = rg, .mat_bytes = gu, .data = x + gu, .name = "up"};
+                d[k] = (tview){.type = td[l % 2], .ne = {F, H, 1, 1}, .row_bytes = rd, .mat_bytes = rd * H,
+                               .data = x + 2 * gu, .name = "down"};
+                gp[k] = &g[k], up[k] = &u[k], dp[k] = &d[k];
+            }
+            if (!be->ops->experts_one(be, K, gp, up, dp, xin, out)) {
+                printf("experts_one: declined\n");
+                goto done;
+            }
+        }
+        if (st >= 0) gbs[st] = bytes_step / (now() - t0) / 1e9;
+    }
+    const double bw1 = mem_bandwidth_mt(be, buf, total, 3);
+    qsort(gbs, (size_t)steps, sizeof *gbs, cmp_double);
+    const double bw = (bw0 + bw1) / 2;
+    printf("experts_one, 30B-A3B expert shape, %d layers x %d of %d experts, pool %.0f MiB, %d threads, %d steps\n", L, K, E,
+           (double)total / 1048576.0, threads, steps);
+    printf("read bandwidth before / after: %.2f / %.2f GB/s\n", bw0, bw1);
+    printf("experts' bytes / step time: best %.2f GB/s (%.0f%% of the bandwidth), median %.2f GB/s (%.0f%%)\n",
+           gbs[steps - 1], 100.0 * gbs[steps - 1] / bw, gbs[steps / 2], 100.0 * gbs[steps / 2] / bw);
+done:
+    free(gbs);
+    free(outs);
+    free(xin);
+    if (be) be_free(be);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     size_t mb = 1024;
-    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, drows = 0;
+    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, drows = 0, eone = 0;
     const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
@@ -309,17 +404,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attn")) attn = 1;
         else if (!strcmp(argv[i], "--attn-pos") && i + 1 < argc) attn = 1, attn_pos = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device-rows")) drows = 1;
+        else if (!strcmp(argv[i], "--experts-one")) eone = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *name = argv[++i];
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows] [--experts-one]\n", argv[0]);
             return 2;
         }
     }
     if (attn) {
         attn_bench(threads, reps, toks > 1 ? toks : 2048, attn_pos);
+        return 0;
+    }
+    if (eone) {
+        experts_one_bench(threads, reps < 20 ? 200 : reps, mb << 20);
         return 0;
     }
     if (drows) {
