@@ -354,11 +354,14 @@ static inline __attribute__((always_inline)) void kr_mix_run(const int kind, int
     static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, MIN, 0};
 KR_TILE(tile_q4_k_mix, KR_Q4_K, 1)
 KR_TILE(tile_q5_k_mix, KR_Q5_K, 1)
-KR_TILE(tile_q6_k_mix, KR_Q6_K, 2)
+KR_TILE(tile_q6_k_mix, KR_Q6_K, 1)
 
-/* Wraps the Q4_K, Q5_K and Q6_K tiles registered so far (kernels_register_avx512). Q4_K and
- * Q5_K from one token on (Q4_K 50 -> 62 GB/s from L3; experts_one runs a layer's experts through
- * it), Q6_K from two (its dot streams at the memory's speed: 87 against 64 GB/s).
+/* Wraps the Q4_K, Q5_K and Q6_K tiles registered so far (kernels_register_avx512), all three from
+ * one token on (Q4_K 50 -> 62 GB/s from L3; experts_one runs a layer's experts through it).
+ * Q6_K started at two tokens while its one-row dot streamed faster (87 against 64 GB/s, an
+ * earlier version of this kernel); now, alternating, `bench_kernels --types q6_k --mb 512`
+ * gives the dot 31-48 GB/s and this kernel 52-54 on two threads (18-19 against 23-27 on one),
+ * and a one-token product of 2048 x 768 rows from DRAM 105-109 against 138-140 GOP/s.
  * SLUICE_KROWS_ALONE, _TAIL, _TAIL_PAIRED and _MIN set the thresholds for measurements (0, 0, 0,
  * 3: the 16-lane tiles as before). */
 void kernels_register_avx512_krows(kernel_set *ks) {
