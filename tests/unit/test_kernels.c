@@ -7,7 +7,7 @@
  *     values that land exactly on rounding ties, zero blocks, repeated maxima of both signs;
  *   - every tile kernel: each output equals the single-row reference dot;
  *   - the attention kernel against its scalar definition (kernel_attn_ref);
- *   - kernel_dot_f32 and the Gated DeltaNet state passes against theirs;
+ *   - kernel_dot_f32, the Gated DeltaNet state passes and the conv1d taps against theirs;
  *   - after every vector kernel, the upper halves of the vector registers are clean (XINUSE):
  *     a kernel that returns with dirty upper state makes every later SSE instruction of the
  *     process pay a transition penalty (measured here: legacy-SSE code 54x slower).
@@ -437,6 +437,37 @@ static void check_f32_passes(rng *r, kernel_isa isa) {
     }
 }
 
+/* The conv1d taps (kernel_conv_taps) against kernel_conv_taps_ref: runs of 0-140 channels (the
+ * vector body and its scalar tail), 1-6 taps, a stride wider than the run, and products of -0
+ * (a first tap of -0 x value ends as +0, as the reference's sum from 0.0f). */
+static void check_conv_taps(rng *r, kernel_isa isa) {
+    enum { N = 140, KMAX = 6, WS = 144 };
+    static float wt[KMAX * WS], x[KMAX][N], y1[N], y2[N];
+    const kernel_conv_taps_fn taps = kernel_conv_taps();
+    for (int rep = 0; rep < 60; rep++) {
+        const int n = rep < 20 ? rep : (int)(rnd(r) % (N + 1)), K = 1 + rep % KMAX;
+        for (int i = 0; i < K * WS; i++) wt[i] = rnd_unit(r) * 2.0f;
+        for (int i = 0; i < K; i++)
+            for (int c = 0; c < N; c++) x[i][c] = rnd_unit(r) * 4.0f;
+        if (rep % 3 == 0)
+            for (int c = 0; c < N; c += 2) { /* every tap's product -0 on even channels */
+                for (int i = 0; i < K; i++) {
+                    wt[i * WS + c] = -0.0f;
+                    x[i][c] = 1.0f;
+                }
+            }
+        const float *src[KMAX] = {x[0], x[1], x[2], x[3], x[4], x[5]};
+        memset(y1, 0xff, sizeof y1);
+        memset(y2, 0xff, sizeof y2);
+        kernel_conv_taps_ref(n, K, wt, WS, src, y1);
+        taps(n, K, wt, WS, src, y2);
+        CHECK_CLEAN(isa, "conv_taps", "");
+        n_checks++;
+        CHECKF(!memcmp(y1, y2, sizeof y1), "%s conv_taps n=%d K=%d", kernel_isa_name(isa), n, K);
+        if (rep % 3 == 0 && n > 0) CHECKF(fbits(y2[0]) == 0, "%s conv_taps: -0 products must sum to +0", kernel_isa_name(isa));
+    }
+}
+
 /* The Q6_K_R16 tile (16 Q6_K rows interleaved, formats/quant_q6k_r16.c) against quant_dot_q6_k
  * on the rows it was made from, bit for bit: 1-9 tokens (its passes of 4), 1-3 groups, split
  * into the groups' shares as the backend splits them, and the reference product of a group. */
@@ -504,6 +535,7 @@ int main(void) {
         check_q6k_r16(&r, isa);
         check_attention(&r, isa);
         check_f32_passes(&r, isa);
+        check_conv_taps(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
     }
     kernel_isa_force(best);

@@ -93,6 +93,7 @@ static void init(void) {
     s->dot_f32 = kernel_dot_f32_ref;
     s->decay_dot = kernel_decay_dot_ref;
     s->update_dot = kernel_update_dot_ref;
+    s->conv_taps = kernel_conv_taps_ref;
     detect();
 #if defined(__x86_64__)
     sets[KERNEL_ISA_AVX2] = sets[KERNEL_ISA_SCALAR];
@@ -284,6 +285,19 @@ kernel_decay_dot4_fn kernel_gdn_decay_dot4(void) {
 kernel_update_dot4_fn kernel_gdn_update_dot4(void) {
     ensure_init();
     return sets[cur_isa].update_dot4;
+}
+
+kernel_conv_taps_fn kernel_conv_taps(void) {
+    ensure_init();
+    return sets[cur_isa].conv_taps;
+}
+
+void kernel_conv_taps_ref(int n, int K, const float *wt, size_t wt_stride, const float *const *src, float *y) {
+    for (int c = 0; c < n; c++) {
+        float acc = 0.0f;
+        for (int i = 0; i < K; i++) acc += wt[(size_t)i * wt_stride + c] * src[i][c];
+        y[c] = acc;
+    }
 }
 
 static inline float lanes_sum(const float acc[8]) {

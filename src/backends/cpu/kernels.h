@@ -104,7 +104,14 @@ typedef void (*kernel_update_dot4_fn)(int n, float *s, size_t stride, const floa
                                       const float *q, float out[4]);
 kernel_decay_dot4_fn kernel_gdn_decay_dot4(void);
 kernel_update_dot4_fn kernel_gdn_update_dot4(void);
+/* Causal conv1d taps (ops_ssm.c) over n channels of one token:
+ *   y[c] = 0.0f + wt[0 * wt_stride + c] * src[0][c] + ... + wt[(K - 1) * wt_stride + c] * src[K - 1][c]
+ * added in that order (ggml_ssm_conv's per-channel loop), wt the weights transposed to tap-major. */
+typedef void (*kernel_conv_taps_fn)(int n, int K, const float *wt, size_t wt_stride, const float *const *src,
+                                    float *y);
+kernel_conv_taps_fn kernel_conv_taps(void);
 /* the scalar definitions */
+void kernel_conv_taps_ref(int n, int K, const float *wt, size_t wt_stride, const float *const *src, float *y);
 float kernel_decay_dot_ref(int n, float *s, float a, const float *k);
 float kernel_update_dot_ref(int n, float *s, float d, const float *k, const float *q);
 float kernel_dot_f32_ref(int64_t n, const float *a, const float *b);
@@ -118,6 +125,7 @@ typedef struct kernel_set {
     kernel_update_dot_fn update_dot;
     kernel_decay_dot4_fn decay_dot4;   /* NULL: none */
     kernel_update_dot4_fn update_dot4; /* NULL: none */
+    kernel_conv_taps_fn conv_taps;
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     kernel_terms_fn terms[GGML_TYPE_COUNT]; /* NULL: kernel_block_terms loops over dot */
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */

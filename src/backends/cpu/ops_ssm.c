@@ -43,28 +43,35 @@ typedef struct conv_job {
     int n, channels, kernel;
 } conv_job;
 
-/* Token-major: per token, one contiguous run of the thread's channels (a channel-major walk
- * read x with a stride of C floats, a cache line per value: 3.6% of a 35B-A3B prefill for ~17M
- * multiply-adds). Each (token, channel) still adds its taps in order from zero, as
- * ggml_ssm_conv's per-channel loop, so the bits are the same. */
+/* Channels in runs of CONV_RUN, each run's weights copied tap-major once, then token by token
+ * (a channel-major walk read x with a stride of C floats, a cache line per value: 3.6% of a
+ * 35B-A3B prefill for ~17M multiply-adds): the taps of a run of channels are a vector kernel
+ * (kernel_conv_taps, 3% of a 35B-A3B prefill as a scalar loop). Each (token, channel) still
+ * adds its taps in order from zero, as ggml_ssm_conv's per-channel loop, so the bits are the
+ * same; SiLU follows per value. */
+#define CONV_RUN 128
+
 static void conv_task(void *ctx, int ith, int nth) {
     const conv_job *j = ctx;
     const int C = j->channels, K = j->kernel, n = j->n;
+    const kernel_conv_taps_fn taps = kernel_conv_taps();
     int64_t lo, hi;
     threadpool_share(C, ith, nth, &lo, &hi);
-    for (int t = 0; t < n; t++) {
-        /* tap i reads input t + i - (K - 1): before the first token, a state row */
-        const float *src[CPU_CONV_MAX_KERNEL];
-        for (int i = 0; i < K; i++) {
-            const int tau = t + i - (K - 1);
-            src[i] = tau < 0 ? j->state + (size_t)(tau + K - 1) * C : j->x + (size_t)tau * C;
-        }
-        float *yt = j->y + (size_t)t * C;
-        for (int64_t c = lo; c < hi; c++) {
-            const float *wc = j->w + (size_t)c * K;
-            float acc = 0.0f;
-            for (int i = 0; i < K; i++) acc += wc[i] * src[i][c];
-            yt[c] = siluf_(acc);
+    float wt[CPU_CONV_MAX_KERNEL * CONV_RUN];
+    for (int64_t c0 = lo; c0 < hi; c0 += CONV_RUN) {
+        const int nc = hi - c0 < CONV_RUN ? (int)(hi - c0) : CONV_RUN;
+        for (int c = 0; c < nc; c++)
+            for (int i = 0; i < K; i++) wt[i * CONV_RUN + c] = j->w[(size_t)(c0 + c) * K + i];
+        for (int t = 0; t < n; t++) {
+            /* tap i reads input t + i - (K - 1): before the first token, a state row */
+            const float *src[CPU_CONV_MAX_KERNEL];
+            for (int i = 0; i < K; i++) {
+                const int tau = t + i - (K - 1);
+                src[i] = (tau < 0 ? j->state + (size_t)(tau + K - 1) * C : j->x + (size_t)tau * C) + c0;
+            }
+            float *yt = j->y + (size_t)t * C + c0;
+            taps(nc, K, wt, CONV_RUN, src, yt);
+            for (int c = 0; c < nc; c++) yt[c] = siluf_(yt[c]);
         }
     }
     /* the new state: the last K - 1 inputs. With fewer tokens than that, row i comes from old
