@@ -288,6 +288,199 @@ static float dot_iq4_xs_512(int64_t n, const void *w, const void *a) {
     return sumf;
 }
 
+/* ---- a few tokens: each super-block decoded once for all of them ---------------------------
+ * An expert's prefill group of 2-8 tokens (a third of a 35B-A3B pp512's expert-token pairs; a
+ * speculative step's verification too) ran the dot once per token, decoding every super-block's
+ * grid magnitudes, signs and scales each time, or the 16-lane byte tile, which costs 16 tokens
+ * at any count. Here a row's super-block is decoded once per pass of up to IQM_TOKS tokens and
+ * each token then runs the dot's own per-token steps: the same operations on the same operands,
+ * the same float step per super-block, the same final factor, so each output has the bits of
+ * the dot (test_kernels compares every tile with the dot). The packed activations are the
+ * tokens' Q8_K rows as given. Above IQM_ALONE tokens the 16-lane tile runs. Only the forms this
+ * level selects for the dot have one (IQ2_XS by multishift, IQ3_XXS by planes, IQ4_XS). */
+#define IQM_TOKS 8
+#define IQM_ALONE 8
+
+static size_t iqm_row_bytes(int64_t n) { return (size_t)(n / QK_K) * 292; }
+
+__attribute__((target("avx512vbmi"))) static void iqm_iq2_xs(int64_t n, const uint8_t *w, size_t ws, int rows,
+                                                           const uint8_t *act, size_t as, int tn, float *out,
+                                                           size_t os) {
+    const __m512i ctrl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set1_epi32(0x002b1908);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *x = w + (size_t)r * ws;
+        float sumf[IQM_TOKS] = {0};
+        for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74) {
+            uint8_t sb[32];
+            const __m512i codes = iq2_xs_codes_reg(x, sb);
+            __m512i mag[4];
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                mag[q] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi16(iq2_xs_rep(q), codes)), lut);
+            const __m512i S = iq2_xs_scales16(x);
+            const float d = ld_f16(x);
+            for (int t = 0; t < tn; t++) {
+                const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
+                sumf[t] += (d * ld_f32(y)) * (float)iq_block_isum((const int8_t *)(y + 4), mag, sb, S);
+            }
+        }
+        for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = 0.125f * sumf[t];
+    }
+}
+
+__attribute__((target("avx512vbmi,avx512bitalg"))) static void iqm_iq3_xxs(int64_t n, const uint8_t *w, size_t ws,
+                                                                           int rows, const uint8_t *act, size_t as,
+                                                                           int tn, float *out, size_t os) {
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *x = w + (size_t)r * ws;
+        float sumf[IQM_TOKS] = {0};
+        for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98) {
+            const __m512i idx = _mm512_loadu_si512((const void *)(x + 2));
+            const __mmask64 high = _mm512_movepi8_mask(idx);
+            uint32_t sg[8], sc[8];
+            iq3_xxs_signs(x, sg, sc);
+            const __m512i S = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)sg));
+            const __m512i S16 = _mm512_permutexvar_epi32(twice, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc)));
+            __m512i mag[4];
+            __mmask64 neg[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                const __m512i *tb = (const __m512i *)iq3_planes[b];
+                mag[b] = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(tb[0], idx, tb[1]),
+                                                _mm512_permutex2var_epi8(tb[2], idx, tb[3]));
+                neg[b] = _mm512_bitshuffle_epi64_mask(S, _mm512_load_si512((const void *)iq3_sign_pick[b]));
+            }
+            const float d = ld_f16(x);
+            for (int t = 0; t < tn; t++) {
+                const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
+                const int8_t *q = (const int8_t *)(y + 4);
+                const __m512i q0 = _mm512_loadu_si512((const void *)q), q1 = _mm512_loadu_si512((const void *)(q + 64)),
+                              q2 = _mm512_loadu_si512((const void *)(q + 128)), q3 = _mm512_loadu_si512((const void *)(q + 192));
+                __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) {
+                    const __m512i pick = _mm512_load_si512((const void *)iq3_act_pick[b]);
+                    const __m512i qa = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_permutex2var_epi8(q0, pick, q1),
+                                                              _mm512_permutex2var_epi8(q2, pick, q3));
+                    const __m512i sq = _mm512_mask_sub_epi8(qa, neg[b], _mm512_setzero_si512(), qa);
+                    acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag[b], sq), S16);
+                }
+                sumf[t] += (d * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+            }
+        }
+        for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = 0.25f * sumf[t];
+    }
+}
+
+static void iqm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn,
+                       float *out, size_t os) {
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)quant_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+                             _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+    const __m256i sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __mmask32 odd = 0xFF00FF00u;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *x = w + (size_t)r * ws;
+        float sumf[IQM_TOKS] = {0};
+        for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136) {
+            /* dot_iq4_xs_512's decoding: scales, values, their scale vectors, the offset's pairs */
+            uint32_t lo4, hi2 = 0;
+            memcpy(&lo4, x + 4, 4);
+            memcpy(&hi2, x + 2, 2);
+            const __m256i sv = _mm256_sub_epi32(
+                _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo4), sh4), _mm256_set1_epi32(15)),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)hi2), sh2),
+                                                                   _mm256_set1_epi32(3)), 4)),
+                _mm256_set1_epi32(32));
+            const __m512i sv5 = _mm512_zextsi256_si512(sv);
+            __m512i k[4], sp[4];
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const __m512i c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(ldu(x + 8 + 32 * p)),
+                                                       _mm512_castsi256_si512(ldu(x + 8 + 32 * p)), _MM_SHUFFLE(1, 1, 0, 0));
+                const __m512i z = _mm512_mask_srli_epi16(c, odd, c, 4);
+                k[p] = _mm512_shuffle_epi8(lut, _mm512_and_si512(z, m4));
+                sp[p] = _mm512_permutexvar_epi32(pick[p], sv5);
+            }
+            const __m256i s16 = _mm256_or_si256(_mm256_slli_epi32(sv, 16), _mm256_and_si256(sv, _mm256_set1_epi32(0xffff)));
+            const float d = ld_f16(x);
+            for (int t = 0; t < tn; t++) {
+                const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
+                const int8_t *q8 = (const int8_t *)(y + 4);
+                __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), k[p],
+                                                                                       _mm512_loadu_si512((const void *)(q8 + 64 * p))),
+                                                                   sp[p]));
+                const __m256i off = _mm256_madd_epi16(ldu(y + 260), s16);
+                acc = _mm512_sub_epi32(acc, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 7)));
+                sumf[t] += (d * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
+            }
+        }
+        for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = sumf[t];
+    }
+}
+
+typedef void (*iqm_fn)(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn,
+                       float *out, size_t os);
+enum { IQM_IQ2_XS, IQM_IQ3_XXS, IQM_IQ4_XS };
+static const iqm_fn iqm_fns[3] = {iqm_iq2_xs, iqm_iq3_xxs, iqm_iq4_xs};
+static const kernel_tile *iqm_lanes[3]; /* the 16-lane tiles this level registered */
+
+static inline size_t iqm_bytes(const int kind, int64_t n, int toks) {
+    return toks <= IQM_ALONE ? iqm_row_bytes(n) * (size_t)toks : iqm_lanes[kind]->packed_bytes(n, toks);
+}
+
+static inline void iqm_pack(const int kind, int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
+    if (toks > IQM_ALONE) {
+        iqm_lanes[kind]->pack(n, a, as, toks, t0, t1, dst);
+        return;
+    }
+    const size_t rb = iqm_row_bytes(n);
+    for (int t = t0; t < t1; t++) memcpy((uint8_t *)dst + (size_t)t * rb, (const uint8_t *)a + (size_t)t * as, rb);
+}
+
+static inline void iqm_tile_run(const int kind, int64_t n, const void *w, size_t ws, int rows, const void *packed,
+                                int toks, float *out, size_t os) {
+    if (toks > IQM_ALONE) {
+        iqm_lanes[kind]->run(n, w, ws, rows, packed, toks, out, os);
+        return;
+    }
+    const size_t rb = iqm_row_bytes(n);
+    for (int t0 = 0; t0 < toks; t0 += IQM_TOKS)
+        iqm_fns[kind](n, w, ws, rows, (const uint8_t *)packed + (size_t)t0 * rb, rb,
+                      toks - t0 < IQM_TOKS ? toks - t0 : IQM_TOKS, out + (size_t)t0 * os, os);
+}
+
+#define IQM_TILE(NAME, KIND)                                                                                   \
+    static size_t NAME##_bytes(int64_t n, int toks) { return iqm_bytes(KIND, n, toks); }                      \
+    static void NAME##_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {         \
+        iqm_pack(KIND, n, a, as, toks, t0, t1, dst);                                                            \
+    }                                                                                                           \
+    static void NAME##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks,          \
+                           float *out, size_t os) {                                                             \
+        iqm_tile_run(KIND, n, w, ws, rows, packed, toks, out, os);                                              \
+    }                                                                                                           \
+    static kernel_tile NAME = {NAME##_bytes, NAME##_pack, NAME##_run, 2, 0};
+IQM_TILE(tile_iq2_xs_few, IQM_IQ2_XS)
+IQM_TILE(tile_iq3_xxs_few, IQM_IQ3_XXS)
+IQM_TILE(tile_iq4_xs_few, IQM_IQ4_XS)
+
+/* Wraps the 16-lane tile of a type whose dot has a few-token form here (SLUICE_IQ_FEW=0: not). */
+static void iqm_wrap(kernel_set *ks, uint32_t type, int kind, kernel_tile *few) {
+    const char *e = getenv("SLUICE_IQ_FEW");
+    if ((e && !strcmp(e, "0")) || !ks->tile[type] || ks->tile[type] == few) return;
+    iqm_lanes[kind] = ks->tile[type];
+    ks->tile[type] = few;
+}
+
 void kernels_register_avx512_iq(kernel_set *ks) {
     kernels_iq_reg = iq_codes_init() && !getenv("SLUICE_IQ_GRID_LOADS");
     ks->dot[GGML_TYPE_IQ2_XS] = kernels_iq_reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
@@ -300,6 +493,9 @@ void kernels_register_avx512_iq(kernel_set *ks) {
         ks->dot[GGML_TYPE_IQ3_XXS] = dot_iq3_xxs_planes;
     }
     ks->dot[GGML_TYPE_IQ4_XS] = dot_iq4_xs_512;
+    if (ks->dot[GGML_TYPE_IQ2_XS] == dot_iq2_xs_ms) iqm_wrap(ks, GGML_TYPE_IQ2_XS, IQM_IQ2_XS, &tile_iq2_xs_few);
+    if (ks->dot[GGML_TYPE_IQ3_XXS] == dot_iq3_xxs_planes) iqm_wrap(ks, GGML_TYPE_IQ3_XXS, IQM_IQ3_XXS, &tile_iq3_xxs_few);
+    iqm_wrap(ks, GGML_TYPE_IQ4_XS, IQM_IQ4_XS, &tile_iq4_xs_few);
 }
 
 #endif
