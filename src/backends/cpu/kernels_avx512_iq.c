@@ -16,6 +16,8 @@
 #include "backends/cpu/kernels_avx512_iq.h"
 
 #define QK_K 256
+#define IQM_TOKS 8  /* tokens per pass of the few-token tiles (their sums in registers) */
+#define IQM_ALONE 8 /* up to this many tokens the few-token tile runs alone */
 
 /* One group of a dot: the grid magnitudes against the activations with the group's signs, scaled. */
 static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {
@@ -169,169 +171,11 @@ static void iq3_planes_init(void) {
         }
 }
 
-__attribute__((target("avx512vbmi,avx512bitalg"))) static float dot_iq3_xxs_planes(int64_t n, const void *w,
-                                                                                   const void *a) {
-    const uint8_t *x = w, *y = a;
-    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 98, y += 292) {
-        const __m512i idx = _mm512_loadu_si512((const void *)(x + 2));
-        const __mmask64 high = _mm512_movepi8_mask(idx); /* entries 128..255 */
-        uint32_t sg[8], sc[8];
-        iq3_xxs_signs(x, sg, sc);
-        const __m512i S = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)sg));
-        const __m512i S16 = _mm512_permutexvar_epi32(twice, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc)));
-        const int8_t *q = (const int8_t *)(y + 4);
-        const __m512i q0 = _mm512_loadu_si512((const void *)q), q1 = _mm512_loadu_si512((const void *)(q + 64)),
-                      q2 = _mm512_loadu_si512((const void *)(q + 128)), q3 = _mm512_loadu_si512((const void *)(q + 192));
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) {
-            const __m512i *t = (const __m512i *)iq3_planes[b];
-            const __m512i mag = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t[0], idx, t[1]),
-                                                       _mm512_permutex2var_epi8(t[2], idx, t[3]));
-            const __m512i pick = _mm512_load_si512((const void *)iq3_act_pick[b]);
-            const __m512i qa = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_permutex2var_epi8(q0, pick, q1),
-                                                      _mm512_permutex2var_epi8(q2, pick, q3));
-            const __mmask64 neg = _mm512_bitshuffle_epi64_mask(S, _mm512_load_si512((const void *)iq3_sign_pick[b]));
-            const __m512i sq = _mm512_mask_sub_epi8(qa, neg, _mm512_setzero_si512(), qa);
-            acc = _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, sq), S16);
-        }
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    return 0.25f * sumf;
-}
-
-/* IQ2_XS with VBMI: the codes of qword m's entry spread to its eight bytes by one vpmultishiftqb
- * (byte k takes the qword's bits 2k..2k+7, code k in its low two) and mapped to magnitudes by one
- * vpermb over a 64-byte table indexed by those six bits (lut2[i & 3]): 3 operations a vector
- * where the register kernel takes 7 (shift, mask, spread, vpshufb). The same magnitudes, so the
- * same sums and bits (test_kernels; SLUICE_IQ2_MULTISHIFT=0: the register kernel). */
-__attribute__((target("avx512vbmi"))) static float dot_iq2_xs_ms(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    const __m512i ctrl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
-    const __m512i lut = _mm512_set1_epi32(0x002b1908); /* lut2, repeated: entry i is lut2[i & 3] */
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74, y += 292) {
-        uint8_t sb[32];
-        const __m512i codes = iq2_xs_codes_reg(x, sb);
-        __m512i mag[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            mag[r] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi16(iq2_xs_rep(r), codes)), lut);
-        const int32_t isum = iq_block_isum((const int8_t *)(y + 4), mag, sb, iq2_xs_scales16(x));
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)isum;
-    }
-    return 0.125f * sumf;
-}
-
-/* AVX-512 VBMI (vpermt2b) and BITALG (vpshufbitqmb), beside the level's F/BW/VL/DQ/VNNI */
-static bool cpu_has_vbmi_bitalg(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c & (1u << 1)) && (c & (1u << 12));
-}
-
-/* IQ4_XS, two groups of 32 per 512-bit step: the same integer isum as quant_dot_iq4_xs, then
- * its float step. The codes look up the table plus 128 (k ^ 0x80, unsigned 1..241), so one
- * vpdpbusd takes four products per lane with no sign handling; the offset comes back through
- * the activation's block sums: sum k q = sum (k + 128) q - 128 sum q, with sum q over a group
- * of 32 the two Q8_K bsums it spans. Each group pair's lanes take their integer scale ls - 32
- * by one vpmulld (|lane| <= 4 x 241 x 128 x 32 < 2^24); the eight scales come from their
- * packed bits by variable shifts (built in a scalar array and loaded as a vector, they cost a
- * failed store forward every block: 6.9 GB/s). One core, cache resident (bench_kernels --l1,
- * Zen 5): 16.1 GB/s with maddubs and the signs by masked subtracts, 27.2 GB/s now; two threads
- * from DRAM 29.5 -> 43.0 GB/s (92% of the measured read bandwidth). */
-static float dot_iq4_xs_512(int64_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)quant_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
-    const __m512i m4 = _mm512_set1_epi8(15);
-    /* lanes 0-7 take group 2p's scale, lanes 8-15 group 2p + 1's */
-    const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
-                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
-                             _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
-    const __m256i sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    /* the high nibbles (elements 16-31 of a group) sit in the odd 128-bit lanes */
-    const __mmask32 odd = 0xFF00FF00u; /* words 8-15 and 24-31 */
-    float sumf = 0.0f;
-    for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136, y += 292) {
-        const int8_t *q8 = (const int8_t *)(y + 4);
-        /* the eight scales ls_g - 32: low 4 bits from the nibbles at x + 4, high 2 from x + 2 */
-        uint32_t lo4, hi2 = 0;
-        memcpy(&lo4, x + 4, 4);
-        memcpy(&hi2, x + 2, 2);
-        const __m256i sv = _mm256_sub_epi32(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo4), sh4), _mm256_set1_epi32(15)),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)hi2), sh2),
-                                                               _mm256_set1_epi32(3)), 4)),
-            _mm256_set1_epi32(32));
-        const __m512i sv5 = _mm512_zextsi256_si512(sv);
-        __m512i acc = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) {
-            /* groups 2p and 2p + 1: [codes 2p, codes 2p, codes 2p+1, codes 2p+1], the odd lanes
-             * shifted to their high nibbles: the order of the activations */
-            const __m512i c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(ldu(x + 8 + 32 * p)),
-                                                   _mm512_castsi256_si512(ldu(x + 8 + 32 * p)), _MM_SHUFFLE(1, 1, 0, 0));
-            const __m512i z = _mm512_mask_srli_epi16(c, odd, c, 4);
-            const __m512i k = _mm512_shuffle_epi8(lut, _mm512_and_si512(z, m4));
-            const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k, _mm512_loadu_si512((const void *)(q8 + 64 * p)));
-            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(pick[p], sv5)));
-        }
-        /* 128 x sum_g ls_g x (bsum[2g] + bsum[2g + 1]): the scales as int16 pairs (ls_g, ls_g) */
-        const __m256i s16 = _mm256_or_si256(_mm256_slli_epi32(sv, 16), _mm256_and_si256(sv, _mm256_set1_epi32(0xffff)));
-        const __m256i off = _mm256_madd_epi16(ldu(y + 260), s16);
-        acc = _mm512_sub_epi32(acc, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 7)));
-        sumf += (ld_f16(x) * ld_f32(y)) * (float)_mm512_reduce_add_epi32(acc);
-    }
-    return sumf;
-}
-
-/* ---- a few tokens: each super-block decoded once for all of them ---------------------------
- * An expert's prefill group of 2-8 tokens (a third of a 35B-A3B pp512's expert-token pairs; a
- * speculative step's verification too) ran the dot once per token, decoding every super-block's
- * grid magnitudes, signs and scales each time, or the 16-lane byte tile, which costs 16 tokens
- * at any count. Here a row's super-block is decoded once per pass of up to IQM_TOKS tokens and
- * each token then runs the dot's own per-token steps: the same operations on the same operands,
- * the same float step per super-block, the same final factor, so each output has the bits of
- * the dot (test_kernels compares every tile with the dot). The packed activations are the
- * tokens' Q8_K rows as given. Above IQM_ALONE tokens the 16-lane tile runs. Only the forms this
- * level selects for the dot have one (IQ2_XS by multishift, IQ3_XXS by planes, IQ4_XS). */
-#define IQM_TOKS 8
-#define IQM_ALONE 8
-
-static size_t iqm_row_bytes(int64_t n) { return (size_t)(n / QK_K) * 292; }
-
-__attribute__((target("avx512vbmi"))) static void iqm_iq2_xs(int64_t n, const uint8_t *w, size_t ws, int rows,
-                                                           const uint8_t *act, size_t as, int tn, float *out,
-                                                           size_t os) {
-    const __m512i ctrl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
-    const __m512i lut = _mm512_set1_epi32(0x002b1908);
-    for (int r = 0; r < rows; r++) {
-        const uint8_t *x = w + (size_t)r * ws;
-        float sumf[IQM_TOKS] = {0};
-        for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74) {
-            uint8_t sb[32];
-            const __m512i codes = iq2_xs_codes_reg(x, sb);
-            __m512i mag[4];
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                mag[q] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi16(iq2_xs_rep(q), codes)), lut);
-            const __m512i S = iq2_xs_scales16(x);
-            const float d = ld_f16(x);
-            for (int t = 0; t < tn; t++) {
-                const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
-                sumf[t] += (d * ld_f32(y)) * (float)iq_block_isum((const int8_t *)(y + 4), mag, sb, S);
-            }
-        }
-        for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = 0.125f * sumf[t];
-    }
-}
-
-__attribute__((target("avx512vbmi,avx512bitalg"))) static void iqm_iq3_xxs(int64_t n, const uint8_t *w, size_t ws,
-                                                                           int rows, const uint8_t *act, size_t as,
-                                                                           int tn, float *out, size_t os) {
+/* Rows [0, rows) against tn (<= IQM_TOKS) tokens' Q8_K rows (act, as bytes apart), each row's
+ * super-block decoded once for the tokens; out[t * os + r]. The dot is tn = 1. */
+static inline __attribute__((always_inline, target("avx512vbmi,avx512bitalg"))) void
+iq3_xxs_planes_rows(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn, float *out,
+    size_t os) {
     const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (int r = 0; r < rows; r++) {
         const uint8_t *x = w + (size_t)r * ws;
@@ -374,8 +218,74 @@ __attribute__((target("avx512vbmi,avx512bitalg"))) static void iqm_iq3_xxs(int64
     }
 }
 
-static void iqm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn,
-                       float *out, size_t os) {
+__attribute__((target("avx512vbmi,avx512bitalg"))) static float dot_iq3_xxs_planes(int64_t n, const void *w,
+                                                                                   const void *a) {
+    float o;
+    iq3_xxs_planes_rows(n, w, 0, 1, a, 0, 1, &o, 0);
+    return o;
+}
+
+/* IQ2_XS with VBMI: the codes of qword m's entry spread to its eight bytes by one vpmultishiftqb
+ * (byte k takes the qword's bits 2k..2k+7, code k in its low two) and mapped to magnitudes by one
+ * vpermb over a 64-byte table indexed by those six bits (lut2[i & 3]): 3 operations a vector
+ * where the register kernel takes 7 (shift, mask, spread, vpshufb). The same magnitudes, so the
+ * same sums and bits (test_kernels; SLUICE_IQ2_MULTISHIFT=0: the register kernel).
+ * As rows: rows [0, rows) against tn (<= IQM_TOKS) tokens' Q8_K rows (act, as bytes apart), each
+ * row's super-block decoded once for the tokens; out[t * os + r]. The dot is tn = 1. */
+static inline __attribute__((always_inline, target("avx512vbmi"))) void
+iq2_xs_ms_rows(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn, float *out,
+    size_t os) {
+    const __m512i ctrl = _mm512_set1_epi64(0x0e0c0a0806040200ll);
+    const __m512i lut = _mm512_set1_epi32(0x002b1908);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *x = w + (size_t)r * ws;
+        float sumf[IQM_TOKS] = {0};
+        for (int64_t blk = 0; blk < n / QK_K; blk++, x += 74) {
+            uint8_t sb[32];
+            const __m512i codes = iq2_xs_codes_reg(x, sb);
+            __m512i mag[4];
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                mag[q] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi16(iq2_xs_rep(q), codes)), lut);
+            const __m512i S = iq2_xs_scales16(x);
+            const float d = ld_f16(x);
+            for (int t = 0; t < tn; t++) {
+                const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
+                sumf[t] += (d * ld_f32(y)) * (float)iq_block_isum((const int8_t *)(y + 4), mag, sb, S);
+            }
+        }
+        for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = 0.125f * sumf[t];
+    }
+}
+
+__attribute__((target("avx512vbmi"))) static float dot_iq2_xs_ms(int64_t n, const void *w, const void *a) {
+    float o;
+    iq2_xs_ms_rows(n, w, 0, 1, a, 0, 1, &o, 0);
+    return o;
+}
+
+/* AVX-512 VBMI (vpermt2b) and BITALG (vpshufbitqmb), beside the level's F/BW/VL/DQ/VNNI */
+static bool cpu_has_vbmi_bitalg(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c & (1u << 1)) && (c & (1u << 12));
+}
+
+/* IQ4_XS, two groups of 32 per 512-bit step: the same integer isum as quant_dot_iq4_xs, then
+ * its float step. The codes look up the table plus 128 (k ^ 0x80, unsigned 1..241), so one
+ * vpdpbusd takes four products per lane with no sign handling; the offset comes back through
+ * the activation's block sums: sum k q = sum (k + 128) q - 128 sum q, with sum q over a group
+ * of 32 the two Q8_K bsums it spans. Each group pair's lanes take their integer scale ls - 32
+ * by one vpmulld (|lane| <= 4 x 241 x 128 x 32 < 2^24); the eight scales come from their
+ * packed bits by variable shifts (built in a scalar array and loaded as a vector, they cost a
+ * failed store forward every block: 6.9 GB/s). One core, cache resident (bench_kernels --l1,
+ * Zen 5): 16.1 GB/s with maddubs and the signs by masked subtracts, 27.2 GB/s now; two threads
+ * from DRAM 29.5 -> 43.0 GB/s (92% of the measured read bandwidth).
+ * As rows: rows [0, rows) against tn (<= IQM_TOKS) tokens' Q8_K rows (act, as bytes apart), each
+ * row's super-block decoded once for the tokens; out[t * os + r]. The dot is tn = 1. */
+static inline __attribute__((always_inline)) void
+iq4_xs_rows(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn, float *out,
+    size_t os) {
     const __m512i lut = _mm512_broadcast_i32x4(
         _mm_xor_si128(_mm_loadu_si128((const __m128i *)quant_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -389,7 +299,6 @@ static void iqm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int rows, const u
         const uint8_t *x = w + (size_t)r * ws;
         float sumf[IQM_TOKS] = {0};
         for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136) {
-            /* dot_iq4_xs_512's decoding: scales, values, their scale vectors, the offset's pairs */
             uint32_t lo4, hi2 = 0;
             memcpy(&lo4, x + 4, 4);
             memcpy(&hi2, x + 2, 2);
@@ -426,6 +335,42 @@ static void iqm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int rows, const u
         }
         for (int t = 0; t < tn; t++) out[(size_t)t * os + r] = sumf[t];
     }
+}
+
+static float dot_iq4_xs_512(int64_t n, const void *w, const void *a) {
+    float o;
+    iq4_xs_rows(n, w, 0, 1, a, 0, 1, &o, 0);
+    return o;
+}
+
+/* ---- a few tokens: each super-block decoded once for all of them ---------------------------
+ * An expert's prefill group of 2-8 tokens (a third of a 35B-A3B pp512's expert-token pairs; a
+ * speculative step's verification too) ran the dot once per token, decoding every super-block's
+ * grid magnitudes, signs and scales each time, or the 16-lane byte tile, which costs 16 tokens
+ * at any count. Here a row's super-block is decoded once per pass of up to IQM_TOKS tokens and
+ * each token then runs the dot's own per-token steps: the same operations on the same operands,
+ * the same float step per super-block, the same final factor, so each output has the bits of
+ * the dot (test_kernels compares every tile with the dot). The packed activations are the
+ * tokens' Q8_K rows as given. Above IQM_ALONE tokens the 16-lane tile runs. Only the forms this
+ * level selects for the dot have one (IQ2_XS by multishift, IQ3_XXS by planes, IQ4_XS). */
+
+static size_t iqm_row_bytes(int64_t n) { return (size_t)(n / QK_K) * 292; }
+
+__attribute__((target("avx512vbmi"))) static void iqm_iq2_xs(int64_t n, const uint8_t *w, size_t ws, int rows,
+                                                           const uint8_t *act, size_t as, int tn, float *out,
+                                                           size_t os) {
+    iq2_xs_ms_rows(n, w, ws, rows, act, as, tn, out, os);
+}
+
+__attribute__((target("avx512vbmi,avx512bitalg"))) static void iqm_iq3_xxs(int64_t n, const uint8_t *w, size_t ws,
+                                                                           int rows, const uint8_t *act, size_t as,
+                                                                           int tn, float *out, size_t os) {
+    iq3_xxs_planes_rows(n, w, ws, rows, act, as, tn, out, os);
+}
+
+static void iqm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn,
+                       float *out, size_t os) {
+    iq4_xs_rows(n, w, ws, rows, act, as, tn, out, os);
 }
 
 typedef void (*iqm_fn)(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn,
