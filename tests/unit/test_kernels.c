@@ -217,13 +217,14 @@ static void check_dots(rng *r, kernel_isa isa) {
 
 /* Every tile at the token and row counts where its kernels split the work: the rows-in-lanes
  * kernels' passes of 4 tokens and groups of 8 rows (Q2_0: 16), the K-quant tiles' 16-token blocks with a
- * remainder on either kernel, and their blocks of 64 rows (kernels_avx512_krows.c). */
+ * remainder on either kernel, and their blocks of 64 rows (kernels_avx512_krows.c); the byte
+ * tiles' walks over several pairs of 16-token blocks (64 tokens and more) with one block after. */
 static void check_tile_splits(rng *r, kernel_isa isa) {
-    enum { KMAX = 768, RMAX = 70, TMAX = 40 };
+    enum { KMAX = 768, RMAX = 70, TMAX = 72 };
     static float x[KMAX];
     static uint8_t w[RMAX * KMAX * 4 + 64], a[TMAX * KMAX * 4];
     static float out[TMAX * RMAX];
-    const int toks_list[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 21, 23, 24, 25, 31, 33, 40};
+    const int toks_list[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 21, 23, 24, 25, 31, 33, 40, 64, 65, 72};
     const int rows_list[] = {1, 7, 8, 9, 16, 17, 70};
     for (uint32_t type = 0; type < GGML_TYPE_COUNT; type++) {
         const quant_traits *t = quant_traits_of(type);
