@@ -20,6 +20,8 @@ static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
 static bool amx_ok;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+size_t kernel_tile_l2_bytes = (size_t)384 << 10; /* kernels.h; 384 KiB of a 1-2 MiB L2 */
+
 #if defined(__x86_64__)
 static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
@@ -104,6 +106,8 @@ static void init(void) {
     for (int l = 1; l < KERNEL_ISA_COUNT; l++) sets[l] = sets[0];
 #endif
     cur_isa = best_isa;
+    const char *l2 = getenv("SLUICE_TILE_L2_KB");
+    if (l2) kernel_tile_l2_bytes = (size_t)strtoul(l2, NULL, 10) << 10;
     const char *env = getenv("SLUICE_ISA");
     if (env) {
         for (int l = 0; l < KERNEL_ISA_COUNT; l++)

@@ -51,6 +51,28 @@ typedef struct kernel_tile {
     int row_group;
 } kernel_tile;
 
+/* A tile's pass over a matrix's rows walks the packed activations of its tokens once per group
+ * of rows, so a pass's activations must stay in L2: 512 tokens of K = 2048 are 1.1-1.2 MB
+ * packed, and each group of 4-16 rows then read them again from L3 (the Q4_K byte tile, 512
+ * tokens, two threads: 770-820 GOP/s against 1,010-1,040 in passes of at most 384 KiB). The
+ * tokens go in passes of at most kernel_tile_l2_bytes of packed activations, of equal size;
+ * each pass decodes the rows once more. SLUICE_TILE_L2_KB sets it at start-up (0: one pass). */
+extern size_t kernel_tile_l2_bytes;
+
+/* Units (tokens or token blocks of unit_bytes packed bytes each, `units` in all) per pass: a
+ * multiple of step (a tile's tokens per inner pass), at most `most`, the passes equal in size. */
+static inline int kernel_tile_pass_units(int units, size_t unit_bytes, int step, int most) {
+    int c = most;
+    if (kernel_tile_l2_bytes && unit_bytes) {
+        const size_t fit = kernel_tile_l2_bytes / unit_bytes;
+        c = fit < (size_t)step ? step : fit > (size_t)most ? most : (int)fit;
+    }
+    const int passes = (units + c - 1) / c;
+    c = (units + passes - 1) / passes;
+    c = (c + step - 1) / step * step;
+    return c > most ? most : c;
+}
+
 /* Causal attention of one query position for G query heads that share one KV head, over
  * cache positions 0..n_kv-1: out_g = sum_p softmax_p(scale * q_g . k_p) v_p. q_g at
  * q + g * q_stride, out_g at out + g * out_stride; key p at k + p * k_stride, value p at

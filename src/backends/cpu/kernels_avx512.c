@@ -248,7 +248,8 @@ static void terms_q6_k_512(int64_t n, const void *w, const void *a, float *t) {
  * twice the multiply-adds per instruction, half the packed activations). */
 
 #define SB_PACK (128 * 64 + 64 + 8 * 64)
-#define TB_CHUNK 32 /* token blocks per pass: accumulators for 4 rows x 32 x 16 tokens */
+#define TB_CHUNK 32 /* token blocks per pass at most: accumulators for 4 rows x 32 x 16 tokens */
+
 
 static size_t q8k_packed_bytes(int64_t n, int toks) {
     return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK;
@@ -536,8 +537,9 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
-    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
-        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
+    const int chunk = kernel_tile_pass_units(ntb, (size_t)nsb * SB_PACK, 2, TB_CHUNK);
+    for (int tb0 = 0; tb0 < ntb; tb0 += chunk) {
+        int tb1 = tb0 + chunk < ntb ? tb0 + chunk : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
             int R = rows - r0 < 4 ? rows - r0 : 4;
             for (int r = 0; r < 4; r++)
@@ -980,8 +982,9 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                                : kind == BYTE_IQ4_XS  ? byte_pass_iq4xs_2
                                : mullo                ? byte_pass_q4m_2
                                                       : byte_pass_q4_2;
-    for (int tb0 = 0; tb0 < ntb; tb0 += TB_CHUNK) {
-        int tb1 = tb0 + TB_CHUNK < ntb ? tb0 + TB_CHUNK : ntb;
+    const int chunk = kernel_tile_pass_units(ntb, (size_t)nsb * sbp, 2, TB_CHUNK);
+    for (int tb0 = 0; tb0 < ntb; tb0 += chunk) {
+        int tb1 = tb0 + chunk < ntb ? tb0 + chunk : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
             int R = rows - r0 < 4 ? rows - r0 : 4;
             for (int r = 0; r < 4; r++)

@@ -202,24 +202,29 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)book));
     const size_t tb = b32_token_bytes(n);
     static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
-    for (int r0 = 0; r0 < rows; r0 += ROWS8) {
-        const rows8 g = rows8_at(w, w_stride, rows, r0);
-        const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bb, 0);
-        for (int t0 = 0; t0 < toks; t0 += B32_TOKS) {
-            const int tn = toks - t0 < B32_TOKS ? toks - t0 : B32_TOKS;
-            const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const uint8_t *pf = t0 == 0 ? g.next : NULL; /* later passes find the rows in L1 */
-            __m512 acc[B32_TOKS];
-            switch (tn) {
-            case 1: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 1, pf, g.next_bytes, acc); break;
-            case 2: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 2, pf, g.next_bytes, acc); break;
-            case 3: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 3, pf, g.next_bytes, acc); break;
-            default: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 4, pf, g.next_bytes, acc); break;
-            }
-            for (int t = 0; t < tn; t++) {
-                float v[16];
-                _mm512_storeu_ps(v, acc[t]);
-                rows8_store(v, lane_of, g.nr, out + (size_t)(t0 + t) * out_stride + r0);
+    /* the tokens in passes whose packed activations stay in L2 (kernels.h) */
+    const int pass = kernel_tile_pass_units(toks, tb, B32_TOKS, toks > B32_TOKS ? toks : B32_TOKS);
+    for (int p0 = 0; p0 < toks; p0 += pass) {
+        const int p1 = toks - p0 < pass ? toks : p0 + pass;
+        for (int r0 = 0; r0 < rows; r0 += ROWS8) {
+            const rows8 g = rows8_at(w, w_stride, rows, r0);
+            const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bb, 0);
+            for (int t0 = p0; t0 < p1; t0 += B32_TOKS) {
+                const int tn = p1 - t0 < B32_TOKS ? p1 - t0 : B32_TOKS;
+                const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
+                const uint8_t *pf = t0 == p0 ? g.next : NULL; /* later passes find the rows in L1 */
+                __m512 acc[B32_TOKS];
+                switch (tn) {
+                case 1: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 1, pf, g.next_bytes, acc); break;
+                case 2: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 2, pf, g.next_bytes, acc); break;
+                case 3: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 3, pf, g.next_bytes, acc); break;
+                default: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 4, pf, g.next_bytes, acc); break;
+                }
+                for (int t = 0; t < tn; t++) {
+                    float v[16];
+                    _mm512_storeu_ps(v, acc[t]);
+                    rows8_store(v, lane_of, g.nr, out + (size_t)(t0 + t) * out_stride + r0);
+                }
             }
         }
     }

@@ -178,21 +178,27 @@ static void q2_run(int64_t n, const void *w, size_t w_stride, int rows, const vo
                    float *out, size_t out_stride) {
     const int64_t nb = n / 64;
     const size_t tb = q2_token_bytes(n);
-    for (int r0 = 0; r0 < rows; r0 += Q2_ROWS) {
-        const q2_group_rows g = q2_group_at((const uint8_t *)w, w_stride, rows, r0);
-        const __mmask16 keep = (__mmask16)((1u << g.nr) - 1u);
-        for (int t0 = 0; t0 < toks; t0 += Q2_TOKS) {
-            const int tn = toks - t0 < Q2_TOKS ? toks - t0 : Q2_TOKS;
-            const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const int pf = t0 == 0; /* later passes find the rows in cache */
-            __m512 acc[Q2_TOKS];
-            switch (tn) {
-            case 1: q2_group(nb, &g, p, tb, 1, pf, acc); break;
-            case 2: q2_group(nb, &g, p, tb, 2, pf, acc); break;
-            case 3: q2_group(nb, &g, p, tb, 3, pf, acc); break;
-            default: q2_group(nb, &g, p, tb, 4, pf, acc); break;
+    /* the tokens in passes whose packed activations stay in L2 (kernels.h) */
+    const int pass = kernel_tile_pass_units(toks, tb, Q2_TOKS, toks > Q2_TOKS ? toks : Q2_TOKS);
+    for (int p0 = 0; p0 < toks; p0 += pass) {
+        const int p1 = toks - p0 < pass ? toks : p0 + pass;
+        for (int r0 = 0; r0 < rows; r0 += Q2_ROWS) {
+            const q2_group_rows g = q2_group_at((const uint8_t *)w, w_stride, rows, r0);
+            const __mmask16 keep = (__mmask16)((1u << g.nr) - 1u);
+            for (int t0 = p0; t0 < p1; t0 += Q2_TOKS) {
+                const int tn = p1 - t0 < Q2_TOKS ? p1 - t0 : Q2_TOKS;
+                const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
+                const int pf = t0 == p0; /* later passes find the rows in cache */
+                __m512 acc[Q2_TOKS];
+                switch (tn) {
+                case 1: q2_group(nb, &g, p, tb, 1, pf, acc); break;
+                case 2: q2_group(nb, &g, p, tb, 2, pf, acc); break;
+                case 3: q2_group(nb, &g, p, tb, 3, pf, acc); break;
+                default: q2_group(nb, &g, p, tb, 4, pf, acc); break;
+                }
+                for (int t = 0; t < tn; t++)
+                    _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * out_stride + r0, keep, acc[t]);
             }
-            for (int t = 0; t < tn; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * out_stride + r0, keep, acc[t]);
         }
     }
 }
