@@ -46,7 +46,7 @@ int cmd_bench(int argc, char **argv) {
         {"--evidence-dir", NULL, OPT_STR, &bp.evidence_dir, "DIR", "write each run's logits and token ids, and bench.json, into DIR"},
         {"--hash-model", NULL, OPT_FLAG, &bp.hash_model, NULL, "full SHA-256 of the model file (default: size + first and last MiB)"},
         {"--trace-routing", NULL, OPT_STR, &bp.trace_path, "FILE", "write the routing of every measured run (docs/trace-format.md)"},
-        {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the short untimed warmup run"},
+        {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the untimed warmup runs (a short one; with a resident model also one of each prompt length)"},
         {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of up to N drafts (qwen4exp files with an MTP block; default 0: off), drafting only while it measures faster than plain steps; the evidence hashes equal the plain run's"},
         {"--mtp-always", NULL, OPT_FLAG, &bp.mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
         {"--mtp-vocab", NULL, OPT_INT, &mtp_vocab, "N", "with --mtp: a draft chooses among the first N token ids and the context's recent ids (default 32768; 0: every id); the tokens never depend on it"},
