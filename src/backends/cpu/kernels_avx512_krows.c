@@ -48,7 +48,10 @@
 
 static size_t kr_token_bytes(int64_t n) { return (size_t)((n / QK + 1) / 2) * KR_PAIR; }
 
-static void kr_pack(int64_t n, const void *a, size_t a_stride, int t0, int t1, void *dst) {
+enum { KR_Q4_K, KR_Q5_K, KR_Q6_K };
+static const int kr_bytes[] = {144, 176, 210};
+
+static void kr_pack(const int kind, int64_t n, const void *a, size_t a_stride, int t0, int t1, void *dst) {
     const int64_t nsb = n / QK, np = (nsb + 1) / 2;
     const size_t tb = kr_token_bytes(n);
     for (int t = t0; t < t1; t++) {
@@ -60,7 +63,13 @@ static void kr_pack(int64_t n, const void *a, size_t a_stride, int t0, int t1, v
             float da[2] = {0.0f, 0.0f};
             for (int h = 0; h < 2 && 2 * pi + h < nsb; h++) {
                 const uint8_t *blk = y + (size_t)(2 * pi + h) * Q8K_BYTES;
-                memcpy(p + 256 * h, blk + 4, 256);
+                if (kind == KR_Q6_K) {
+                    memcpy(p + 256 * h, blk + 4, 256);
+                } else { /* vector 2g + e: sub-blocks 4g + e, then 4g + e + 2 (kr_decode) */
+                    for (int c = 0; c < 4; c++)
+                        for (int half = 0; half < 2; half++)
+                            memcpy(p + 256 * h + 64 * c + 32 * half, blk + 4 + 32 * (4 * (c / 2) + c % 2 + 2 * half), 32);
+                }
                 memcpy(p + KR_BS + 32 * h, blk + 260, 32);
                 int16_t s16[16];
                 memcpy(s16, blk + 260, 32);
@@ -77,14 +86,11 @@ static void kr_pack(int64_t n, const void *a, size_t a_stride, int t0, int t1, v
     }
 }
 
-enum { KR_Q4_K, KR_Q5_K, KR_Q6_K };
-static const int kr_bytes[] = {144, 176, 210};
-
 /* Four equal words. */
 #define KR_W4(x) ((long long)(x) * 0x0001000100010001LL)
 
-/* One super-block of a row: its 256 values as four vectors of 64 in element order (unsigned
- * codes: Q6_K's q + 32), and for each pair of vectors (2j, 2j + 1) the sub-block scale of every
+/* One super-block of a row: its 256 values as four vectors of 64 (unsigned codes: Q6_K's q + 32;
+ * Q6_K's in element order, Q4_K / Q5_K's in pairs of sub-blocks as they lie in the bytes), and for each pair of vectors (2j, 2j + 1) the sub-block scale of every
  * word of their 4-value sums packed to words (kr_isum); sm: Q4_K / Q5_K's 16 words of
  * k4_scales16 (scales, then mins), Q6_K's sixteen scales as words. */
 static inline __attribute__((always_inline)) void kr_decode(const int kind, const uint8_t *x, __m512i v[4],
@@ -115,22 +121,29 @@ static inline __attribute__((always_inline)) void kr_decode(const int kind, cons
     const int qs = kind == KR_Q4_K ? 16 : 48;
     *sm = k4_scales16(x + 4);
     const __m512i s = _mm512_castsi256_si512(*sm);
-    const __m512i nib = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     __m512i qh = _mm512_setzero_si512();
     if (kind == KR_Q5_K) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + 16)));
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) { /* sub-blocks 2c (low nibbles of chunk c) and 2c + 1 (high) */
-        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + qs + 32 * c)));
-        v[c] = _mm512_and_si512(_mm512_srlv_epi16(q, nib), m4);
-        if (kind == KR_Q5_K) { /* the fifth bit: qh bit 2c (first half), 2c + 1 (second) */
-            const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))),
-                                                   _mm256_set1_epi8((char)(1 << (2 * c + 1))), 1);
-            v[c] = _mm512_mask_add_epi8(v[c], _mm512_test_epi8_mask(qh, sel), v[c], _mm512_set1_epi8(16));
+    /* 64 code bytes at a time, chunks 2g and 2g + 1 of 32: their low nibbles are sub-blocks 4g and
+     * 4g + 2, the high ones 4g + 1 and 4g + 3 (kr_pack orders the activations to match). Three
+     * operations a vector where a broadcast chunk took a variable shift and a mask for each. */
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        const __m512i q = _mm512_loadu_si512((const void *)(x + qs + 64 * g));
+        v[2 * g] = _mm512_and_si512(q, m4);
+        v[2 * g + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        if (kind == KR_Q5_K) { /* the fifth bit of chunk c's low (high) nibbles: qh bit 2c (2c + 1) */
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * g + e))),
+                                                       _mm256_set1_epi8((char)(1 << (4 * g + 2 + e))), 1);
+                v[2 * g + e] = _mm512_mask_add_epi8(v[2 * g + e], _mm512_test_epi8_mask(qh, sel), v[2 * g + e],
+                                                    _mm512_set1_epi8(16));
+            }
         }
     }
     /* packed word k of 128-bit lane L: vector 2j + k / 4, its dword 4L + k % 4, whose sub-block is
-     * 2 (2j + k / 4) + L / 2 */
-    const __m512i base = _mm512_setr_epi64(KR_W4(0), KR_W4(2), KR_W4(0), KR_W4(2), KR_W4(1), KR_W4(3), KR_W4(1), KR_W4(3));
+     * 4j + k / 4 + 2 (L / 2) */
+    const __m512i base = _mm512_setr_epi64(KR_W4(0), KR_W4(1), KR_W4(0), KR_W4(1), KR_W4(2), KR_W4(3), KR_W4(2), KR_W4(3));
     sc[0] = _mm512_permutexvar_epi16(base, s);
     sc[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16(4)), s);
 }
@@ -170,28 +183,48 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
     __m512i tin[KR_TOKS][ROWS8];
     __m256i mins[ROWS8]; /* row r: the mins of super-blocks b (low half) and b + 1 */
     for (int t = 0; t < tn; t++) acc[t] = _mm512_setzero_ps();
+    /* Q4_K / Q5_K: d | dmin << 16; Q6_K: the dword ending with d (its bytes 206-209); no super-block
+     * b + 1: not read. One token gathers a pair's dwords one pair ahead: the gather waits for its
+     * 16 lines, and issued where they are used it held the pair's work back (~10% of the samples
+     * of an L2-resident one-token product); more tokens have the work to hide it, and the register
+     * a gather ahead holds cost them more than it saved (3-4 tokens: ~8% slower). */
+#define KR_GATHER(P)                                                                                    \
+    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 2 * (P) + 1 < nsb ? (__mmask16)0xffff : (__mmask16)0x0f0f, \
+                                offs, (const void *)(w0 + 2 * (P) * bytes), 1)
+    __m512i raw_next = tn == 1 ? KR_GATHER(0) : _mm512_setzero_si512();
     for (int64_t pi = 0; pi < np; pi++) {
         const int64_t b = 2 * pi;
         const bool two = b + 1 < nsb;
+        const __m512i raw = tn == 1 ? raw_next : KR_GATHER(pi);
+        if (tn == 1 && pi + 1 < np) raw_next = KR_GATHER(pi + 1);
         /* The next group's bytes: 8 rows x two super-blocks a pair, in lines, to L2 (T1). A pair
          * asks for 18-26 lines at once; into L1 (T0) they waited on its few miss buffers, and on a
          * Zen 4 host one token read 13-18 GB/s from DRAM where T1 gives 25-30 (Q4_K; Q6_K 8-16
          * against 26-30; bench_kernels --toks 1 --threads 2 --mb 256, alternating). The rows are
-         * read from L2 one group later, which the L2-resident speed shows costs nothing. */
+         * read from L2 one group later, which the L2-resident speed shows costs nothing. One token
+         * spreads a whole pair's span over the rows' work below as instructions with constant
+         * offsets (a loop of its own, with its bounds spilled, took ~16% of the L2-resident
+         * samples); the group's last, partial span and more tokens take the loop. */
+        const char *pf = NULL;
         if (next) {
-            const size_t off = (size_t)pi * (size_t)pair_lines * 64;
-            const size_t end = off + (size_t)pair_lines * 64 < next_bytes ? off + (size_t)pair_lines * 64 : next_bytes;
-            for (size_t o = off; o < end; o += 64) _mm_prefetch((const char *)next + o, _MM_HINT_T1);
+            const size_t off = (size_t)pi * (size_t)pair_lines * 64, end = off + (size_t)pair_lines * 64;
+            if (tn == 1 && end <= next_bytes) {
+                pf = (const char *)next + off;
+            } else {
+                for (size_t o = off; o < (end < next_bytes ? end : next_bytes); o += 64)
+                    _mm_prefetch((const char *)next + o, _MM_HINT_T1);
+            }
         }
-        const __mmask16 have = two ? (__mmask16)0xffff : (__mmask16)0x0f0f; /* no super-block b + 1: not read */
-        /* Q4_K / Q5_K: d | dmin << 16; Q6_K: the dword ending with d (its bytes 206-209) */
-        const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), have, offs,
-                                                        (const void *)(w0 + b * bytes), 1);
         const uint8_t *pp = packed + (size_t)pi * KR_PAIR;
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS8; r++) {
             __m512i v[4], sc[2], a0[KR_TOKS], a1[KR_TOKS];
             __m256i sm0, sm1 = _mm256_setzero_si256();
+            if (pf) {
+#pragma GCC unroll 8
+                for (int l = r * pair_lines / ROWS8; l < (r + 1) * pair_lines / ROWS8; l++)
+                    _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+            }
             kr_decode(kind, wr[r] + b * bytes, v, sc, &sm0);
             for (int t = 0; t < tn; t++) a0[t] = kr_isum(v, sc, pp + (size_t)t * tb);
             if (two) {
@@ -247,6 +280,7 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
             if (two) acc[t] = _mm512_add_ps(acc[t], _mm512_shuffle_f32x4(prod, prod, _MM_SHUFFLE(2, 3, 0, 1)));
         }
     }
+#undef KR_GATHER
 }
 
 static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t n, const void *w, size_t w_stride,
@@ -318,7 +352,7 @@ static inline void kr_mix_pack(const int kind, int64_t n, const void *a, size_t 
     const int lanes = kr_lanes_toks(kind, toks);
     if (t0 < lanes) kr_lanes[kind]->pack(n, a, as, lanes, t0, t1 < lanes ? t1 : lanes, dst);
     if (t1 > lanes)
-        kr_pack(n, (const uint8_t *)a + (size_t)lanes * as, as, (t0 > lanes ? t0 : lanes) - lanes, t1 - lanes,
+        kr_pack(kind, n, (const uint8_t *)a + (size_t)lanes * as, as, (t0 > lanes ? t0 : lanes) - lanes, t1 - lanes,
                 (uint8_t *)dst + kr_lanes_bytes(kind, n, lanes));
 }
 
