@@ -197,11 +197,12 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
         const bool two = b + 1 < nsb;
         const __m512i raw = tn == 1 ? raw_next : KR_GATHER(pi);
         if (tn == 1 && pi + 1 < np) raw_next = KR_GATHER(pi + 1);
-        /* The next group's bytes: 8 rows x two super-blocks a pair, in lines, to L2 (T1). A pair
-         * asks for 18-26 lines at once; into L1 (T0) they waited on its few miss buffers, and on a
-         * Zen 4 host one token read 13-18 GB/s from DRAM where T1 gives 25-30 (Q4_K; Q6_K 8-16
-         * against 26-30; bench_kernels --toks 1 --threads 2 --mb 256, alternating). The rows are
-         * read from L2 one group later, which the L2-resident speed shows costs nothing. One token
+        /* The bytes of the group two ahead (kr_run): 8 rows x two super-blocks a pair, in lines, to
+         * L2 (T1). A pair asks for 18-26 lines at once; into L1 (T0) they waited on its few miss
+         * buffers, and on a Zen 4 host one token read 13-18 GB/s from DRAM where T1 gives 25-30
+         * (Q4_K; Q6_K 8-16 against 26-30; bench_kernels --toks 1 --threads 2 --mb 256,
+         * alternating). The rows are read from L2 two groups later, which the L2-resident speed
+         * shows costs nothing. One token
          * spreads a whole pair's span over the rows' work below as instructions with constant
          * offsets (a loop of its own, with its bounds spilled, took ~16% of the L2-resident
          * samples); the group's last, partial span and more tokens take the loop. */
@@ -290,19 +291,32 @@ static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t
     const int bytes = kr_bytes[kind], d_off = kind == KR_Q6_K ? 206 : 0;
     const size_t tb = kr_token_bytes(n);
     static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
+    /* The first token pass of a group prefetches the group two ahead; the range's second group
+     * is asked for whole before the first runs (the hardware prefetcher alone reads these eight
+     * interleaved rows at ~11 GB/s). One group ahead, a one-token Q4_K product from DRAM read
+     * 34 GB/s and a decode step's experts 31 (bench_kernels --experts-one, median); two ahead
+     * 38 and 35, three ahead no more (Zen 4, two threads; 2026-12-03 record). */
+    if (rows > ROWS8) {
+        const int second = rows - ROWS8 < ROWS8 ? rows - ROWS8 : ROWS8;
+        const uint8_t *s1 = (const uint8_t *)w + (size_t)ROWS8 * w_stride;
+        for (size_t o = 0; o < (size_t)second * w_stride; o += 64) _mm_prefetch((const char *)s1 + o, _MM_HINT_T1);
+    }
     for (int r0 = 0; r0 < rows; r0 += ROWS8) {
         const rows8 g = rows8_at(w, w_stride, rows, r0);
         const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bytes, (size_t)d_off);
+        const int ahead_r0 = r0 + 2 * ROWS8, ahead_rows = rows - ahead_r0 < ROWS8 ? rows - ahead_r0 : ROWS8;
+        const uint8_t *ahead = ahead_rows > 0 ? (const uint8_t *)w + (size_t)ahead_r0 * w_stride : NULL;
+        const size_t ahead_bytes = ahead_rows > 0 ? (size_t)ahead_rows * w_stride : 0;
         for (int t0 = 0; t0 < toks; t0 += KR_TOKS) {
             const int tn = toks - t0 < KR_TOKS ? toks - t0 : KR_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const uint8_t *pf = t0 == 0 ? g.next : NULL; /* later passes find the rows in L1 */
+            const uint8_t *pf = t0 == 0 ? ahead : NULL; /* later passes find the rows in L1 */
             __m512 acc[KR_TOKS];
             switch (tn) {
-            case 1: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 1, pf, g.next_bytes, acc); break;
-            case 2: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 2, pf, g.next_bytes, acc); break;
-            case 3: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 3, pf, g.next_bytes, acc); break;
-            default: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 4, pf, g.next_bytes, acc); break;
+            case 1: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 1, pf, ahead_bytes, acc); break;
+            case 2: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 2, pf, ahead_bytes, acc); break;
+            case 3: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 3, pf, ahead_bytes, acc); break;
+            default: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 4, pf, ahead_bytes, acc); break;
             }
             for (int t = 0; t < tn; t++) {
                 float v[16];
