@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]
+ *                 [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]
  *                 [--experts-one]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
@@ -9,7 +9,8 @@
  * activation row (decode) through the CPU backend's matmul on T threads; reports GB/s of weight
  * bytes, and the ratio to the measured memory read bandwidth (an AVX2 sum over the same big
  * buffer). With --toks K > 1 it also reports the K-token tile path (prefill) in GOP/s.
- * The best of R repetitions is reported (the machine may be shared). --l1: each level's dot
+ * --cols N: rows of N values (default 2048; 768 is the 30B-A3B expert down rows). The best of R
+ * repetitions is reported (the machine may be shared). --l1: each level's dot
  * kernel on one core with cache-resident rows instead (robust to a busy machine). --pool: the
  * thread pool's dispatch cost. --attn: the backend's causal attention for a prefill of K tokens
  * (default 2048) from position 0 on T threads, in the head shapes of the models (GFLOP/s counts
@@ -391,12 +392,14 @@ done:
 int main(int argc, char **argv) {
     size_t mb = 1024;
     int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, drows = 0, eone = 0;
+    int64_t K = 2048; /* row length: the 30B-A3B hidden size (--cols: 768, its expert down rows) */
     const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--toks") && i + 1 < argc) toks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && i + 1 < argc) K = atol(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--bw-only")) types_arg = "";
         else if (!strcmp(argv[i], "--l1")) l1 = 1;
@@ -410,7 +413,7 @@ int main(int argc, char **argv) {
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows] [--experts-one]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows] [--experts-one]\n", argv[0]);
             return 2;
         }
     }
@@ -436,7 +439,6 @@ int main(int argc, char **argv) {
         return 0;
     }
     backend *be = backend_cpu_new(threads);
-    const int64_t K = 2048; /* row length: the 30B-A3B hidden size */
     size_t big = mb << 20;
     uint8_t *buf = aligned_alloc(4096, big);
     if (!buf) return 1;
