@@ -291,22 +291,16 @@ static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t
     const int bytes = kr_bytes[kind], d_off = kind == KR_Q6_K ? 206 : 0;
     const size_t tb = kr_token_bytes(n);
     static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
-    /* The first token pass of a group prefetches the group two ahead; the range's second group
-     * is asked for whole before the first runs (the hardware prefetcher alone reads these eight
-     * interleaved rows at ~11 GB/s). One group ahead, a one-token Q4_K product from DRAM read
-     * 34 GB/s and a decode step's experts 31 (bench_kernels --experts-one, median); two ahead
-     * 38 and 35, three ahead no more (Zen 4, two threads; 2026-12-03 record). */
-    if (rows > ROWS8) {
-        const int second = rows - ROWS8 < ROWS8 ? rows - ROWS8 : ROWS8;
-        const uint8_t *s1 = (const uint8_t *)w + (size_t)ROWS8 * w_stride;
-        for (size_t o = 0; o < (size_t)second * w_stride; o += 64) _mm_prefetch((const char *)s1 + o, _MM_HINT_T1);
-    }
+    /* The first token pass of a group prefetches the group two ahead (rows8_ahead). One group
+     * ahead, a one-token Q4_K product from DRAM read 34 GB/s and a decode step's experts 31
+     * (bench_kernels --experts-one, median); two ahead 38 and 35, three ahead no more (Zen 4,
+     * two threads; 2026-12-03 record). */
+    rows8_prefetch_second(w, w_stride, rows);
     for (int r0 = 0; r0 < rows; r0 += ROWS8) {
         const rows8 g = rows8_at(w, w_stride, rows, r0);
         const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bytes, (size_t)d_off);
-        const int ahead_r0 = r0 + 2 * ROWS8, ahead_rows = rows - ahead_r0 < ROWS8 ? rows - ahead_r0 : ROWS8;
-        const uint8_t *ahead = ahead_rows > 0 ? (const uint8_t *)w + (size_t)ahead_r0 * w_stride : NULL;
-        const size_t ahead_bytes = ahead_rows > 0 ? (size_t)ahead_rows * w_stride : 0;
+        size_t ahead_bytes;
+        const uint8_t *ahead = rows8_ahead(w, w_stride, rows, r0, &ahead_bytes);
         for (int t0 = 0; t0 < toks; t0 += KR_TOKS) {
             const int tn = toks - t0 < KR_TOKS ? toks - t0 : KR_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;

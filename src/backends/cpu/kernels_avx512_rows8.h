@@ -30,6 +30,24 @@ static inline rows8 rows8_at(const void *w, size_t w_stride, int rows, int r0) {
     return g;
 }
 
+/* The one-token products read their rows from DRAM as fast as the rows are asked for ahead
+ * (kernels_avx512_krows.c measured it: the hardware prefetcher alone read eight interleaved rows
+ * at ~11 GB/s, the next group asked for to L2 ~35, the group two ahead ~50): a group's first
+ * token pass prefetches the group starting two groups after it, and a range asks for its second
+ * group whole before its first runs (the first comes on demand). */
+static inline const uint8_t *rows8_ahead(const void *w, size_t w_stride, int rows, int r0, size_t *bytes) {
+    const int a0 = r0 + 2 * ROWS8, n = rows - a0 < ROWS8 ? rows - a0 : ROWS8;
+    *bytes = n > 0 ? (size_t)n * w_stride : 0;
+    return n > 0 ? (const uint8_t *)w + (size_t)a0 * w_stride : NULL;
+}
+
+static inline void rows8_prefetch_second(const void *w, size_t w_stride, int rows) {
+    if (rows <= ROWS8) return;
+    const int n = rows - ROWS8 < ROWS8 ? rows - ROWS8 : ROWS8;
+    const char *s = (const char *)w + (size_t)ROWS8 * w_stride;
+    for (size_t o = 0; o < (size_t)n * w_stride; o += 64) _mm_prefetch(s + o, _MM_HINT_T1);
+}
+
 /* Byte offsets, from the group's first row, of what rows8_reduce's lanes hold: dword i is row
  * (i / 8) * 4 + i % 4 (a padding row reads the last real row) and block b + (i / 4) % 2 of
  * block_bytes bytes, plus `at` (the field a gather fetches). */
