@@ -1,7 +1,7 @@
 /* Kernel micro-benchmark (not a test: timings are never unit tests).
  *
  *   bench_kernels [--mb N] [--threads T] [--isa scalar|avx2|avx512] [--types Q4_K,Q6_K,...]
- *                 [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows]
+ *                 [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--attn-cold] [--device-rows]
  *                 [--experts-one]
  *
  * For each weight type: a matrix of about N MiB of random valid rows (default 1024 MiB, far
@@ -15,7 +15,10 @@
  * thread pool's dispatch cost. --attn: the backend's causal attention for a prefill of K tokens
  * (default 2048) from position 0 on T threads, in the head shapes of the models (GFLOP/s counts
  * 4 * hd flops per query head and key), with an FNV-1a hash of the output bits. --attn-pos P:
- * one token's attention after P positions instead (a decode step's).
+ * one token's attention after P positions instead (a decode step's). --attn-cold: with
+ * --attn-pos, each call reads another copy of the keys and values, from 512 MiB of copies, so
+ * they come from DRAM as in a decode step (whose other layers' weights evicted them); the time
+ * is a call's mean over one pass of the copies, best of R passes.
  * --device-rows: backends/cpu/device_rows.c (the GPU's expert products on the host, --gpu-miss
  * host) at the 35B-A3B expert shape (Q4_K gate/up 2048 -> 512, Q6_K down) on T threads, 1, 2
  * and 4 experts a call, each call's experts from a pool of 64 (128 MiB: cache-resident on a big
@@ -212,31 +215,38 @@ static void pool_cost(int threads) {
 /* Prefill attention through the backend op (the thread pool and the kernel of this ISA level):
  * random q, k, v in [-1, 1]; best of reps. With decode_pos > 0, one token after decode_pos
  * positions instead (a decode step's attention; best of 20 x reps). */
-static void attn_bench(int threads, int reps, int n, int decode_pos) {
+static void attn_bench(int threads, int reps, int n, int decode_pos, int cold) {
     static const struct { const char *name; int n_head, n_head_kv, hd; } shapes[] = {
         {"30B-A3B", 32, 4, 128}, {"hd64", 16, 4, 64}, {"35B-A3B", 16, 2, 256}};
     backend *be = backend_cpu_new(threads);
     const int n_tok = decode_pos > 0 ? 1 : n, pos0 = decode_pos > 0 ? decode_pos : 0, n_pos = pos0 + n_tok;
     if (decode_pos > 0) reps *= 20;
-    printf("attention, isa %s, threads %d, %d token(s) from position %d\n", kernel_isa_name(kernel_isa_current()),
-           threads, n_tok, pos0);
+    if (decode_pos <= 0) cold = 0;
+    printf("attention, isa %s, threads %d, %d token(s) from position %d%s\n", kernel_isa_name(kernel_isa_current()),
+           threads, n_tok, pos0, cold ? ", keys and values from DRAM" : "");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int nh = shapes[s].n_head, nkv = shapes[s].n_head_kv, hd = shapes[s].hd;
         size_t nq = (size_t)n_tok * nh * hd, nk = (size_t)n_pos * nkv * hd;
         /* the backend's allocator (64-byte aligned), as the model's KV cache: from malloc
          * (16 bytes past a page) every vector load split two cache lines, 20-30% slower */
-        float *q = be_alloc(be, sizeof(float) * nq), *k = be_alloc(be, sizeof(float) * nk),
-              *v = be_alloc(be, sizeof(float) * nk), *out = be_alloc(be, sizeof(float) * nq);
+        const size_t copies = cold ? ((size_t)512 << 20) / (2 * sizeof(float) * nk) + 1 : 1;
+        float *q = be_alloc(be, sizeof(float) * nq), *k = be_alloc(be, sizeof(float) * nk * copies),
+              *v = be_alloc(be, sizeof(float) * nk * copies), *out = be_alloc(be, sizeof(float) * nq);
         for (size_t i = 0; i < nq; i++) q[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
         for (size_t i = 0; i < nk; i++) {
             k[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
             v[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
         }
+        for (size_t c = 1; c < copies; c++) {
+            memcpy(k + c * nk, k, sizeof(float) * nk);
+            memcpy(v + c * nk, v, sizeof(float) * nk);
+        }
         double best = 1e30;
-        for (int r = 0; r < reps; r++) {
+        for (int r = 0; r < (cold ? 5 : reps); r++) {
             double t0 = now();
-            be_attention(be, q, k, v, n_tok, pos0, nh, nkv, hd, hd, 1.0f / sqrtf((float)hd), out);
-            double dt = now() - t0;
+            for (size_t c = 0; c < copies; c++)
+                be_attention(be, q, k + c * nk, v + c * nk, n_tok, pos0, nh, nkv, hd, hd, 1.0f / sqrtf((float)hd), out);
+            double dt = (now() - t0) / (double)copies;
             if (dt < best) best = dt;
         }
         uint64_t h = 1469598103934665603ull;
@@ -391,7 +401,7 @@ done:
 
 int main(int argc, char **argv) {
     size_t mb = 1024;
-    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, drows = 0, eone = 0;
+    int threads = 2, reps = 5, toks = 0, l1 = 0, attn = 0, attn_pos = 0, attn_cold = 0, drows = 0, eone = 0;
     int64_t K = 2048; /* row length: the 30B-A3B hidden size (--cols: 768, its expert down rows) */
     const char *types_arg = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,MXFP4,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_XS,IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S";
     for (int i = 1; i < argc; i++) {
@@ -406,6 +416,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pool")) l1 = 2;
         else if (!strcmp(argv[i], "--attn")) attn = 1;
         else if (!strcmp(argv[i], "--attn-pos") && i + 1 < argc) attn = 1, attn_pos = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--attn-cold")) attn_cold = 1;
         else if (!strcmp(argv[i], "--device-rows")) drows = 1;
         else if (!strcmp(argv[i], "--experts-one")) eone = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
@@ -413,12 +424,12 @@ int main(int argc, char **argv) {
             for (int l = 0; l < KERNEL_ISA_COUNT; l++)
                 if (!strcmp(name, kernel_isa_name((kernel_isa)l))) kernel_isa_force((kernel_isa)l);
         } else {
-            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--device-rows] [--experts-one]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--threads T] [--isa L] [--types A,B] [--reps R] [--toks K] [--cols N] [--bw-only] [--l1] [--pool] [--attn] [--attn-pos P] [--attn-cold] [--device-rows] [--experts-one]\n", argv[0]);
             return 2;
         }
     }
     if (attn) {
-        attn_bench(threads, reps, toks > 1 ? toks : 2048, attn_pos);
+        attn_bench(threads, reps, toks > 1 ? toks : 2048, attn_pos, attn_cold);
         return 0;
     }
     if (eone) {

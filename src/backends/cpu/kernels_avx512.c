@@ -1112,7 +1112,8 @@ static inline __m512 exp_s16(__m512 x) {
 /* sc[h][p] = fl(dot(q_h, k_p) * scale) for the nt keys at k, heads h < H at q + h * q_stride;
  * mt[h] = their maximum. */
 ATTN_INLINE void attn512_scores(const int NQ, const int H, const float *q, size_t q_stride, const float *k,
-                                size_t k_stride, int nt, float scale, float (*sc)[KERNEL_ATTN_TILE], float *mt) {
+                                size_t k_stride, int nt, float scale, float (*sc)[KERNEL_ATTN_TILE], float *mt,
+                                const float *pf, int pn) {
     __m512 acc[ATTN_HB][16], vmax[ATTN_HB];
     ATTN_UNROLL
     for (int h = 0; h < H; h++) vmax[h] = _mm512_set1_ps(-INFINITY);
@@ -1130,6 +1131,12 @@ ATTN_INLINE void attn512_scores(const int NQ, const int H, const float *q, size_
             const float *kp[4];
             ATTN_UNROLL
             for (int i = 0; i < 4; i++) kp[i] = k + (size_t)(p + (i0 + i < kk ? i0 + i : kk - 1)) * k_stride;
+            if (pf) /* the next tile's key rows (attn512_prefetch) */
+                ATTN_UNROLL
+                for (int i = 0; i < 4; i++)
+                    if (p + i0 + i < pn)
+                        ATTN_UNROLL
+                        for (int j = 0; j < NQ; j++) _mm_prefetch((const char *)(pf + (size_t)(p + i0 + i) * k_stride + 16 * j), _MM_HINT_T1);
             __m512 a[ATTN_HB][4];
             ATTN_UNROLL
             for (int h = 0; h < H; h++)
@@ -1275,7 +1282,8 @@ ATTN_INLINE void attn512_scores_t(const int NQ, const int H, const int NV4, cons
 /* o_h = o_h * c[h] + sum_p e[h][p] v_p over the nt values at v (o_h at out + h * out_stride),
  * l[h] = l[h] + e[h][p] in key order. */
 ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERNEL_ATTN_TILE], const float *v,
-                                size_t v_stride, int nt, const float *c, double *l, float *out, size_t out_stride) {
+                                size_t v_stride, int nt, const float *c, double *l, float *out, size_t out_stride,
+                                const float *pf, int pn) {
     ATTN_UNROLL
     for (int j0 = 0; j0 < NV; j0 += 4) {
         const int J = NV - j0 < 4 ? NV - j0 : 4;
@@ -1290,6 +1298,9 @@ ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERN
         }
         for (int p = 0; p < nt; p++) {
             const float *vp = v + (size_t)p * v_stride + 16 * j0;
+            if (pf && p < pn) /* this pass's lines of the next tile's value row (attn512_prefetch) */
+                ATTN_UNROLL
+                for (int j = 0; j < J; j++) _mm_prefetch((const char *)(pf + (size_t)p * v_stride + 16 * (j0 + j)), _MM_HINT_T1);
             __m512 vv[4];
             ATTN_UNROLL
             for (int j = 0; j < J; j++) vv[j] = _mm512_loadu_ps(vp + 16 * j);
@@ -1343,6 +1354,9 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
             const bool transposed = T1 * G1 >= ATTN_T_QUERIES;
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+                const int pn = n_last - p0 - KERNEL_ATTN_TILE < KERNEL_ATTN_TILE ? n_last - p0 - KERNEL_ATTN_TILE : KERNEL_ATTN_TILE;
+                const float *pk = pn > 0 ? kt + (size_t)KERNEL_ATTN_TILE * k_stride : NULL;
+                const float *pv = pn > 0 ? vt + (size_t)KERNEL_ATTN_TILE * v_stride : NULL;
                 if (transposed)
                     attn512_keys_t(NQ, kt, k_stride, n_last - p0 < KERNEL_ATTN_TILE ? n_last - p0 : KERNEL_ATTN_TILE, kT);
                 for (int t = 0; t < T1; t++) { /* the tile's keys and values stay in L1/L2 for each token */
@@ -1351,7 +1365,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                     const int nt = n_t - p0 < KERNEL_ATTN_TILE ? n_t - p0 : KERNEL_ATTN_TILE;
                     const float *qg = q + (size_t)(t0 + t) * q_tok_stride + (size_t)g0 * q_stride;
                     float *og = out + (size_t)(t0 + t) * out_tok_stride + (size_t)g0 * out_stride;
-#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0)
+#define ATTN_SCORES(H) attn512_scores(NQ, H, qg + (size_t)h0 * q_stride, q_stride, kt, k_stride, nt, scale, sc + h0, mt + h0, t == 0 && h0 == 0 ? pk : NULL, pn)
 #define ATTN_SCORES_T(H)                                                                                          \
     switch (attn512_key_vectors(nt)) {                                                                            \
     case 1: attn512_scores_t(NQ, H, 1, qg + (size_t)h0 * q_stride, q_stride, kT, nt, scale, sc + h0, mt + h0); break; \
@@ -1375,7 +1389,7 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
                             _mm512_store_ps(e[g] + p, exp_s16(_mm512_sub_ps(
                                                           _mm512_maskz_loadu_ps((__mmask16)(nt - p >= 16 ? 0xffff : (1u << (nt - p)) - 1), sc[g] + p), vm)));
                     }
-#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride)
+#define ATTN_VALUES(H) attn512_values(NV, H, (const float(*)[KERNEL_ATTN_TILE])(e + h0), vt, v_stride, nt, c + h0, l[t] + h0, og + (size_t)h0 * out_stride, out_stride, t == 0 && h0 == 0 ? pv : NULL, pn)
                     ATTN_BLOCKS(G1, ATTN_VALUES)
 #undef ATTN_VALUES
                 }

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct cpu_ext {
     int32_t *ids, *pos;
@@ -27,12 +28,24 @@ void cpu_ext_free(struct cpu_ext *x) {
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
+/* Buffers of at least CPU_HUGE_MIN bytes (the KV cache, the recurrent state, big scratch) are
+ * 2 MiB-aligned and asked for in 2 MiB pages (MADV_HUGEPAGE, before the memset touches them):
+ * a decode step reads every layer's keys and values once, a KV head's rows 512-1024 bytes at a
+ * stride of 2-4 KiB, and in 4 KiB pages those reads came from DRAM at a TLB miss every few rows
+ * (bench_kernels --attn-pos P --attn-cold). Where the kernel refuses, the pages stay 4 KiB. */
+#define CPU_HUGE_MIN ((size_t)4 << 20)
+#define CPU_HUGE_PAGE ((size_t)2 << 20)
+
 void *cpu_alloc(backend *b, size_t bytes) {
     (void)b;
     size_t rounded = (bytes + 63) / 64 * 64;
     if (!rounded) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
+    const bool huge = rounded >= CPU_HUGE_MIN;
+    if (huge) rounded = (rounded + CPU_HUGE_PAGE - 1) / CPU_HUGE_PAGE * CPU_HUGE_PAGE;
+    void *p = aligned_alloc(huge ? CPU_HUGE_PAGE : 64, rounded);
+    if (!p) return NULL;
+    if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    memset(p, 0, rounded);
     return p;
 }
 
