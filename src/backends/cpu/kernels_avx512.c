@@ -1131,7 +1131,7 @@ ATTN_INLINE void attn512_scores(const int NQ, const int H, const float *q, size_
             const float *kp[4];
             ATTN_UNROLL
             for (int i = 0; i < 4; i++) kp[i] = k + (size_t)(p + (i0 + i < kk ? i0 + i : kk - 1)) * k_stride;
-            if (pf) /* the next tile's key rows (attn512_prefetch) */
+            if (pf) /* the next tile's key rows (attn512's pk) */
                 ATTN_UNROLL
                 for (int i = 0; i < 4; i++)
                     if (p + i0 + i < pn)
@@ -1298,7 +1298,7 @@ ATTN_INLINE void attn512_values(const int NV, const int H, const float (*e)[KERN
         }
         for (int p = 0; p < nt; p++) {
             const float *vp = v + (size_t)p * v_stride + 16 * j0;
-            if (pf && p < pn) /* this pass's lines of the next tile's value row (attn512_prefetch) */
+            if (pf && p < pn) /* this pass's lines of the next tile's value row (attn512's pv) */
                 ATTN_UNROLL
                 for (int j = 0; j < J; j++) _mm_prefetch((const char *)(pf + (size_t)p * v_stride + 16 * (j0 + j)), _MM_HINT_T1);
             __m512 vv[4];
@@ -1354,6 +1354,9 @@ ATTN_INLINE void attn512(const int NQ, const int NV, const float *q, size_t q_to
             const bool transposed = T1 * G1 >= ATTN_T_QUERIES;
             for (int p0 = 0; p0 < n_last; p0 += KERNEL_ATTN_TILE) {
                 const float *kt = k + (size_t)p0 * k_stride, *vt = v + (size_t)p0 * v_stride;
+                /* A decode step finds its keys and values in DRAM (the layer's weights evicted
+                 * them): the first head block of the tile's first token asks for the next tile's
+                 * rows to L2 as it reads this one's (docs/kernels.md, Attention). */
                 const int pn = n_last - p0 - KERNEL_ATTN_TILE < KERNEL_ATTN_TILE ? n_last - p0 - KERNEL_ATTN_TILE : KERNEL_ATTN_TILE;
                 const float *pk = pn > 0 ? kt + (size_t)KERNEL_ATTN_TILE * k_stride : NULL;
                 const float *pv = pn > 0 ? vt + (size_t)KERNEL_ATTN_TILE * v_stride : NULL;
