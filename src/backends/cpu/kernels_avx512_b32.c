@@ -138,7 +138,7 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
                                                            const uint8_t *w0, __m512i offs,
                                                            const uint8_t *const wr[ROWS8],
                                                            const uint8_t *packed, size_t tb, const int tn,
-                                                           const uint8_t *next, size_t next_bytes,
+                                                           const uint8_t *ahead, size_t ahead_bytes,
                                                            __m512 acc[B32_TOKS]) {
     const int64_t np = (nb + 1) / 2;
     const int bb = b32_block_bytes[kind], pair_lines = (2 * ROWS8 * bb + 63) / 64;
@@ -148,11 +148,11 @@ static inline __attribute__((always_inline)) void b32_group(const int kind, __m5
     for (int64_t pi = 0; pi < np; pi++) {
         const int64_t b = 2 * pi;
         const bool two = b + 1 < nb;
-        /* the bytes of the group two ahead (rows8_ahead): 8 rows x two blocks a pair, in lines */
-        if (next) {
+        /* the bytes of the group two ahead (rows8.ahead): 8 rows x two blocks a pair, in lines */
+        if (ahead) {
             const size_t off = (size_t)pi * (size_t)pair_lines * 64;
             for (int l = 0; l < pair_lines; l++)
-                if (off + 64 * (size_t)l < next_bytes) _mm_prefetch((const char *)next + off + 64 * l, _MM_HINT_T1);
+                if (off + 64 * (size_t)l < ahead_bytes) _mm_prefetch((const char *)ahead + off + 64 * l, _MM_HINT_T1);
         }
         __m512i wv[ROWS8];
 #pragma GCC unroll 8
@@ -210,18 +210,16 @@ static inline __attribute__((always_inline)) void b32_run(const int kind, int64_
         for (int r0 = 0; r0 < rows; r0 += ROWS8) {
             const rows8 g = rows8_at(w, w_stride, rows, r0);
             const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bb, 0);
-            size_t ahead_bytes;
-            const uint8_t *ahead = rows8_ahead(w, w_stride, rows, r0, &ahead_bytes);
             for (int t0 = p0; t0 < p1; t0 += B32_TOKS) {
                 const int tn = p1 - t0 < B32_TOKS ? p1 - t0 : B32_TOKS;
                 const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-                const uint8_t *pf = t0 == p0 ? ahead : NULL; /* later passes find the rows in L1 */
+                const uint8_t *pf = t0 == p0 ? g.ahead : NULL; /* later passes find the rows in L1 */
                 __m512 acc[B32_TOKS];
                 switch (tn) {
-                case 1: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 1, pf, ahead_bytes, acc); break;
-                case 2: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 2, pf, ahead_bytes, acc); break;
-                case 3: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 3, pf, ahead_bytes, acc); break;
-                default: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 4, pf, ahead_bytes, acc); break;
+                case 1: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 1, pf, g.ahead_bytes, acc); break;
+                case 2: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 2, pf, g.ahead_bytes, acc); break;
+                case 3: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 3, pf, g.ahead_bytes, acc); break;
+                default: b32_group(kind, lut, nb, g.w0, offs, g.wr, p, tb, 4, pf, g.ahead_bytes, acc); break;
                 }
                 for (int t = 0; t < tn; t++) {
                     float v[16];

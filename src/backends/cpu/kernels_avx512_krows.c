@@ -173,7 +173,7 @@ static inline __m512i kr_fold(__m512i a, __m512i b) {
 static inline __attribute__((always_inline)) void kr_group(const int kind, int64_t nsb, const uint8_t *w0,
                                                           __m512i offs, const uint8_t *const wr[ROWS8],
                                                           const uint8_t *packed, size_t tb, const int tn,
-                                                          const uint8_t *next, size_t next_bytes, __m512 acc[KR_TOKS]) {
+                                                          const uint8_t *ahead, size_t ahead_bytes, __m512 acc[KR_TOKS]) {
     const int64_t np = (nsb + 1) / 2;
     const int bytes = kr_bytes[kind], pair_lines = (2 * ROWS8 * bytes + 63) / 64;
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
@@ -202,18 +202,18 @@ static inline __attribute__((always_inline)) void kr_group(const int kind, int64
          * buffers, and on a Zen 4 host one token read 13-18 GB/s from DRAM where T1 gives 25-30
          * (Q4_K; Q6_K 8-16 against 26-30; bench_kernels --toks 1 --threads 2 --mb 256,
          * alternating). The rows are read from L2 two groups later, which the L2-resident speed
-         * shows costs nothing. One token
-         * spreads a whole pair's span over the rows' work below as instructions with constant
-         * offsets (a loop of its own, with its bounds spilled, took ~16% of the L2-resident
-         * samples); the group's last, partial span and more tokens take the loop. */
+         * shows costs nothing. One token spreads a whole pair's span over the rows' work below as
+         * instructions with constant offsets (a loop of its own, with its bounds spilled, took
+         * ~16% of the L2-resident samples); the group's last, partial span and more tokens take
+         * the loop. */
         const char *pf = NULL;
-        if (next) {
+        if (ahead) {
             const size_t off = (size_t)pi * (size_t)pair_lines * 64, end = off + (size_t)pair_lines * 64;
-            if (tn == 1 && end <= next_bytes) {
-                pf = (const char *)next + off;
+            if (tn == 1 && end <= ahead_bytes) {
+                pf = (const char *)ahead + off;
             } else {
-                for (size_t o = off; o < (end < next_bytes ? end : next_bytes); o += 64)
-                    _mm_prefetch((const char *)next + o, _MM_HINT_T1);
+                for (size_t o = off; o < (end < ahead_bytes ? end : ahead_bytes); o += 64)
+                    _mm_prefetch((const char *)ahead + o, _MM_HINT_T1);
             }
         }
         const uint8_t *pp = packed + (size_t)pi * KR_PAIR;
@@ -291,26 +291,23 @@ static inline __attribute__((always_inline)) void kr_run(const int kind, int64_t
     const int bytes = kr_bytes[kind], d_off = kind == KR_Q6_K ? 206 : 0;
     const size_t tb = kr_token_bytes(n);
     static const int lane_of[ROWS8] = {0, 1, 2, 3, 8, 9, 10, 11}; /* rows8_reduce's layout */
-    /* The first token pass of a group prefetches the group two ahead (rows8_ahead). One group
-     * ahead, a one-token Q4_K product from DRAM read 34 GB/s and a decode step's experts 31
-     * (bench_kernels --experts-one, median); two ahead 38 and 35, three ahead no more (Zen 4,
-     * two threads; 2026-12-03 record). */
+    /* the group two ahead (rows8.ahead; kernels_avx512_rows8.h): one ahead, a one-token Q4_K
+     * product from DRAM read 34 GB/s and a decode step's experts 31 (bench_kernels
+     * --experts-one, median), two ahead 38 and 35 (Zen 4, two threads; 2026-12-03 record) */
     rows8_prefetch_second(w, w_stride, rows);
     for (int r0 = 0; r0 < rows; r0 += ROWS8) {
         const rows8 g = rows8_at(w, w_stride, rows, r0);
         const __m512i offs = rows8_pair_offsets(&g, w_stride, (size_t)bytes, (size_t)d_off);
-        size_t ahead_bytes;
-        const uint8_t *ahead = rows8_ahead(w, w_stride, rows, r0, &ahead_bytes);
         for (int t0 = 0; t0 < toks; t0 += KR_TOKS) {
             const int tn = toks - t0 < KR_TOKS ? toks - t0 : KR_TOKS;
             const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
-            const uint8_t *pf = t0 == 0 ? ahead : NULL; /* later passes find the rows in L1 */
+            const uint8_t *pf = t0 == 0 ? g.ahead : NULL; /* later passes find the rows in L1 */
             __m512 acc[KR_TOKS];
             switch (tn) {
-            case 1: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 1, pf, ahead_bytes, acc); break;
-            case 2: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 2, pf, ahead_bytes, acc); break;
-            case 3: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 3, pf, ahead_bytes, acc); break;
-            default: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 4, pf, ahead_bytes, acc); break;
+            case 1: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 1, pf, g.ahead_bytes, acc); break;
+            case 2: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 2, pf, g.ahead_bytes, acc); break;
+            case 3: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 3, pf, g.ahead_bytes, acc); break;
+            default: kr_group(kind, nsb, g.w0, offs, g.wr, p, tb, 4, pf, g.ahead_bytes, acc); break;
             }
             for (int t = 0; t < tn; t++) {
                 float v[16];

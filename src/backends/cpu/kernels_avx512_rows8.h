@@ -1,7 +1,14 @@
-/* The row groups of the rows-in-lanes tiles (kernels_avx512_q2_0.c, kernels_avx512_b32.c):
+/* The row groups of the rows-in-lanes tiles (kernels_avx512_krows.c, kernels_avx512_b32.c):
  * eight weight rows whose sums share one reduction tree, rows past the matrix repeating its last
- * row (their lanes never stored), and the next group's bytes for the prefetch that runs ahead
- * of the first token pass. */
+ * row (their lanes never stored), and the bytes of the group two ahead for the prefetch that
+ * runs in the first token pass.
+ *
+ * The one-token products read their rows from DRAM as fast as the rows are asked for ahead
+ * (kernels_avx512_krows.c measured it on Zen 4: the hardware prefetcher alone read eight
+ * interleaved rows at ~11 GB/s, the next group asked for to L2 ~35, the group two ahead ~50; three
+ * ahead no more): a group's first token pass prefetches the group two after it, and a range asks
+ * for its second group whole before its first runs (rows8_prefetch_second; the first comes on
+ * demand). */
 #ifndef SLUICE_KERNELS_AVX512_ROWS8_H
 #define SLUICE_KERNELS_AVX512_ROWS8_H
 
@@ -15,8 +22,8 @@ typedef struct rows8 {
     int nr;                      /* real rows in the group (1..8) */
     const uint8_t *w0;           /* the group's first row */
     const uint8_t *wr[ROWS8];    /* row r, or the last real row for r >= nr */
-    const uint8_t *next;         /* the next group's first row, or NULL after the last group */
-    size_t next_bytes;           /* its rows' bytes */
+    const uint8_t *ahead;        /* the first row of the group two ahead, or NULL past the end */
+    size_t ahead_bytes;          /* its rows' bytes */
 } rows8;
 
 static inline rows8 rows8_at(const void *w, size_t w_stride, int rows, int r0) {
@@ -24,21 +31,10 @@ static inline rows8 rows8_at(const void *w, size_t w_stride, int rows, int r0) {
     g.nr = rows - r0 < ROWS8 ? rows - r0 : ROWS8;
     g.w0 = (const uint8_t *)w + (size_t)r0 * w_stride;
     for (int r = 0; r < ROWS8; r++) g.wr[r] = g.w0 + (size_t)(r < g.nr ? r : g.nr - 1) * w_stride;
-    const int next_rows = rows - r0 - g.nr < ROWS8 ? rows - r0 - g.nr : ROWS8;
-    g.next = next_rows > 0 ? g.w0 + (size_t)g.nr * w_stride : NULL;
-    g.next_bytes = next_rows > 0 ? (size_t)next_rows * w_stride : 0;
+    const int a0 = r0 + 2 * ROWS8, ahead_rows = rows - a0 < ROWS8 ? rows - a0 : ROWS8;
+    g.ahead = ahead_rows > 0 ? (const uint8_t *)w + (size_t)a0 * w_stride : NULL;
+    g.ahead_bytes = ahead_rows > 0 ? (size_t)ahead_rows * w_stride : 0;
     return g;
-}
-
-/* The one-token products read their rows from DRAM as fast as the rows are asked for ahead
- * (kernels_avx512_krows.c measured it: the hardware prefetcher alone read eight interleaved rows
- * at ~11 GB/s, the next group asked for to L2 ~35, the group two ahead ~50): a group's first
- * token pass prefetches the group starting two groups after it, and a range asks for its second
- * group whole before its first runs (the first comes on demand). */
-static inline const uint8_t *rows8_ahead(const void *w, size_t w_stride, int rows, int r0, size_t *bytes) {
-    const int a0 = r0 + 2 * ROWS8, n = rows - a0 < ROWS8 ? rows - a0 : ROWS8;
-    *bytes = n > 0 ? (size_t)n * w_stride : 0;
-    return n > 0 ? (const uint8_t *)w + (size_t)a0 * w_stride : NULL;
 }
 
 static inline void rows8_prefetch_second(const void *w, size_t w_stride, int rows) {

@@ -28,8 +28,9 @@ void cpu_ext_free(struct cpu_ext *x) {
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
-/* Buffers of at least CPU_HUGE_MIN bytes (the KV cache, the recurrent state, big scratch) are
- * 2 MiB-aligned and asked for in 2 MiB pages (MADV_HUGEPAGE, before the memset touches them):
+/* Buffers of at least CPU_HUGE_MIN bytes (the KV cache, the recurrent state, the model's other
+ * large buffers) are 2 MiB-aligned and asked for in 2 MiB pages (MADV_HUGEPAGE, before the memset
+ * touches them):
  * a decode step reads every layer's keys and values once, a KV head's rows 512-1024 bytes at a
  * stride of 2-4 KiB, and in 4 KiB pages those reads came from DRAM at a TLB miss every few rows
  * (bench_kernels --attn-pos P --attn-cold). Where the kernel refuses, the pages stay 4 KiB. */
