@@ -9,6 +9,7 @@
 #include "backends/cpu/kernels_x86.inc"
 #include "backends/cpu/kernels_avx512_fold.h"
 #include "backends/cpu/kernels_avx512_iq.h"
+#include "backends/cpu/kernels_avx512_byte_row.h"
 
 #include <cpuid.h>
 #include <stdlib.h>
@@ -612,33 +613,32 @@ static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int
     pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK8, 1);
 }
 
-/* One decoded super-block of a weight row for the byte tiles (Q4_K, Q5_K, Q6_K): the 256 quants
- * as bytes in element order, each sub-block's integer scale, int16 pairs for the bsum step
- * (Q4_K/Q5_K: the mins of sub-blocks 2i and 2i+1, low word first; Q6_K: the scales of 16-value
- * sub-blocks 2j and 2j+1) and the float scales. */
-typedef struct byte_row {
-    _Alignas(64) uint8_t q[256];
-    int32_t sc[16];
-    int32_t pairs[8];
-    float d, dm;
-} byte_row;
-
+/* 64 code bytes at a time: chunks 2g and 2g + 1 of 32, whose low nibbles are sub-blocks 4g and
+ * 4g + 2 and high ones 4g + 1 and 4g + 3; two 128-bit lane shuffles put each chunk's low then
+ * high nibbles in element order (16 operations for the 256 values where 32-byte chunks took 24).
+ * Q5_K's fifth bit of chunk c's low (high) nibbles is qh bit 2c (2c + 1), as kr_decode takes it. */
 static inline void unpack_k45_8(const uint8_t *x, byte_row *o, int qs_off, int has_high) {
     /* scales 0..7 widened to dwords; mins 0..7 as words are already the four (2i, 2i+1) pairs */
     const __m256i s16 = k4_scales16(x + 4);
     _mm256_store_si256((__m256i *)o->sc, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16)));
     _mm_store_si128((__m128i *)o->pairs, _mm256_extracti128_si256(s16, 1));
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256i hb = has_high ? ldu(x + 16) : _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        __m256i q = ldu(x + qs_off + 32 * c);
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i qh = has_high ? _mm512_broadcast_i64x4(ldu(x + 16)) : _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        const __m512i q = _mm512_loadu_si512((const void *)(x + qs_off + 64 * g));
+        __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         if (has_high) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+            const __m512i sel_lo = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * g))),
+                                                      _mm256_set1_epi8((char)(1 << (4 * g + 2))), 1);
+            const __m512i sel_hi = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * g + 1))),
+                                                      _mm256_set1_epi8((char)(1 << (4 * g + 3))), 1);
+            const __m512i b16 = _mm512_set1_epi8(16);
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, sel_lo), lo, b16);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, sel_hi), hi, b16);
         }
-        _mm256_store_si256((__m256i *)(o->q + 64 * c), lo);
-        _mm256_store_si256((__m256i *)(o->q + 64 * c + 32), hi);
+        _mm512_store_si512((void *)(o->q + 128 * g), _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)));
+        _mm512_store_si512((void *)(o->q + 128 * g + 64), _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)));
     }
     o->d = ld_f16(x);
     o->dm = ld_f16(x + 2);
@@ -754,22 +754,24 @@ static void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t
 }
 
 
+/* Q6_K: elements 128h + 0..63 from the low nibbles of ql[64h ..] and 128h + 64..127 from the high
+ * ones, the top two bits from qh[32h ..] (bits 0-1 / 2-3 for the first / last 32 of each 64, 4-5
+ * / 6-7 for the high nibbles), 64 values a vector as kr_decode does it */
 static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
-    const int8_t *sc = (const int8_t *)(x + 192);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
-        _mm256_store_si256((__m256i *)(o->q + 128 * h),
-                           _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
-        _mm256_store_si256((__m256i *)(o->q + 128 * h + 32),
-                           _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
-        _mm256_store_si256((__m256i *)(o->q + 128 * h + 64),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)));
-        _mm256_store_si256((__m256i *)(o->q + 128 * h + 96),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+        const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
+        const __m512i qh = _mm512_broadcast_i64x4(ldu(x + 128 + 32 * h));
+        _mm512_store_si512((void *)(o->q + 128 * h),
+                           _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl), m30, 0xF8));
+        _mm512_store_si512((void *)(o->q + 128 * h + 64),
+                           _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                     _mm512_srlv_epi16(qh, sr), m30, 0xF8));
     }
-    const __m128i s8 = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)(x + 192));
     _mm512_storeu_si512(o->sc, _mm512_cvtepi8_epi32(s8));
     _mm256_storeu_si256((__m256i *)o->pairs, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
     o->d = ld_f16(x + 208);
@@ -795,112 +797,6 @@ static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const
 
 enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K, BYTE_IQ2_XS, BYTE_IQ3_XXS, BYTE_IQ4_XS };
 
-/* ---- IQ2_XS / IQ3_XXS / IQ4_XS as byte tiles ------------------------------------------------
- * Their values are signed (grid magnitudes with signs; the IQ4_NL table), so a row's super-block
- * is decoded to v + off as unsigned bytes (IQ2_XS |v| <= 43 and IQ3_XXS |v| <= 62 with off 64,
- * IQ4_XS -127..113 with off 128) and the Q6_K tile's pass applies: per sub-block the exact
- * sum of (v + off) * a, times the sub-block's scale, minus off * sum(scale * bsum16) from the
- * Q8_K 16-value sums. That is the reference's isum (sum of scale * sum(v * a)) in int32 without
- * overflow (IQ4_XS, the largest: |isum| <= 8 * 32 * 32 * 241 * 128 < 2^28), so the float step
- * (d * da) * isum and the final factor give the bits of the dot. The kq tiles multiply these
- * types as int16 pairs (vpdpwssd, 32 multiply-adds an instruction); here vpdpbusd does 64. */
-
-/* IQ2_XS / IQ3_XXS: 32 signed magnitudes of a group (signs bit j: element j negative) as
- * v + 64, stored at dst */
-static inline void st_offset_signed(uint8_t *dst, __m256i mag, uint32_t signs) {
-    const __m256i off = _mm256_set1_epi8(64);
-    _mm256_store_si256((__m256i *)dst, _mm256_mask_blend_epi8((__mmask32)signs, _mm256_add_epi8(off, mag),
-                                                              _mm256_sub_epi8(off, mag)));
-}
-
-/* the 16 scales of 16-value sub-blocks, widened to dwords and as word pairs (2j, 2j+1) */
-static inline void byte_row_scales16(byte_row *o, const int16_t sc16[16]) {
-    const __m256i s = _mm256_loadu_si256((const __m256i *)sc16);
-    _mm512_storeu_si512(o->sc, _mm512_cvtepi16_epi32(s));
-    _mm256_storeu_si256((__m256i *)o->pairs, s);
-}
-
-/* four vectors of 64 magnitudes with their sign bits (bit j of byte m for value 8m + j) as
- * v + 64 at dst */
-static inline void st_offset_signed4(uint8_t *dst, const __m512i mag[4], const uint8_t sb[32]) {
-    const __m512i off = _mm512_set1_epi8(64);
-    for (int r = 0; r < 4; r++) {
-        uint64_t m;
-        memcpy(&m, sb + 8 * r, 8);
-        _mm512_storeu_si512((void *)(dst + 64 * r),
-                           _mm512_mask_blend_epi8(_cvtu64_mask64(m), _mm512_add_epi8(off, mag[r]), _mm512_sub_epi8(off, mag[r])));
-    }
-}
-
-/* sixteen dword scales: o->sc, and as word pairs o->pairs */
-static inline void byte_row_scales16v(byte_row *o, __m512i s) {
-    _mm512_storeu_si512(o->sc, s);
-    _mm256_storeu_si256((__m256i *)o->pairs, _mm512_cvtepi32_epi16(s));
-}
-
-static inline void unpack_iq2_xs8(const uint8_t *x, byte_row *o) {
-    if (kernels_iq_reg) {
-        __m512i mag[4];
-        uint8_t sb[32];
-        iq2_xs_mags_reg(x, mag, sb);
-        st_offset_signed4(o->q, mag, sb);
-        byte_row_scales16v(o, iq2_xs_scales16(x));
-        o->d = ld_f16(x);
-        return;
-    }
-    uint32_t sg[8];
-    uint16_t gi[32];
-    int16_t sc16[16];
-    iq2_xs_signs(x, sg, gi);
-    for (int g = 0; g < 8; g++) {
-        st_offset_signed(o->q + 32 * g, iq2_xs_mag(gi, g), sg[g]);
-        sc16[2 * g] = (int16_t)iq2_xs_s0(x, g);
-        sc16[2 * g + 1] = (int16_t)iq2_xs_s1(x, g);
-    }
-    byte_row_scales16(o, sc16);
-    o->d = ld_f16(x);
-}
-
-static inline void unpack_iq3_xxs8(const uint8_t *x, byte_row *o) {
-    uint32_t sg[8], sc[8];
-    int16_t sc16[16];
-    iq3_xxs_signs(x, sg, sc);
-    if (kernels_iq_reg) {
-        __m512i mag[4];
-        iq3_xxs_mags_reg(x, mag);
-        uint8_t sb[32];
-        memcpy(sb, sg, 32);
-        st_offset_signed4(o->q, mag, sb);
-        byte_row_scales16v(o, _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
-                                                       _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)sc))));
-        o->d = ld_f16(x);
-        return;
-    }
-    for (int g = 0; g < 8; g++) {
-        st_offset_signed(o->q + 32 * g, iq3_xxs_mag(x, g), sg[g]);
-        sc16[2 * g] = sc16[2 * g + 1] = (int16_t)sc[g];
-    }
-    byte_row_scales16(o, sc16);
-    o->d = ld_f16(x);
-}
-
-/* IQ4_XS: the table values + 128 (that is, with the sign bit flipped); sc holds the eight
- * 32-value scales (the pass runs 8 sub-blocks of 8 quads), pairs each scale twice (the
- * correction runs over the 16-value sums) */
-static inline void unpack_iq4_xs8(const uint8_t *x, byte_row *o) {
-    const __m256i lut = lut16(quant_kvalues_iq4nl), flip = _mm256_set1_epi8((char)0x80);
-    uint16_t sh;
-    memcpy(&sh, x + 2, 2);
-    for (int g = 0; g < 8; g++) {
-        const int ls = (((x[4 + g / 2] >> (4 * (g % 2))) & 0xf) | (((sh >> (2 * g)) & 3) << 4)) - 32;
-        _mm256_store_si256((__m256i *)(o->q + 32 * g),
-                           _mm256_xor_si256(_mm256_shuffle_epi8(lut, nibbles32(x + 8 + 16 * g)), flip));
-        o->sc[g] = ls;
-        o->pairs[g] = (int32_t)(((uint32_t)(uint16_t)ls) | ((uint32_t)(uint16_t)ls << 16));
-    }
-    o->d = ld_f16(x);
-}
-
 /* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
  * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
  * Q6_K: sixteen 16-value sub-blocks, vpmulld), then the type's float step. */
@@ -910,8 +806,8 @@ static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, 
     const int32_t *q[4] = {(const int32_t *)rw[0].q, (const int32_t *)rw[1].q, (const int32_t *)rw[2].q,
                            (const int32_t *)rw[3].q};
     const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
-    /* sub-blocks of 16 values (Q6_K, IQ2_XS, IQ3_XXS) or 32 (Q4_K, Q5_K, IQ4_XS) */
-    const int sub16 = kind == BYTE_Q6_K || kind == BYTE_IQ2_XS || kind == BYTE_IQ3_XXS;
+    /* sub-blocks of 16 values (Q6_K, IQ2_XS) or 32 (Q4_K, Q5_K, IQ3_XXS, IQ4_XS) */
+    const int sub16 = kind == BYTE_Q6_K || kind == BYTE_IQ2_XS;
     __m512i isum0[4], isum1[4];
     quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1,
               two, isum0, isum1);

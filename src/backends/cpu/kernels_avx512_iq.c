@@ -17,7 +17,6 @@
 
 #define QK_K 256
 #define IQM_TOKS 8  /* tokens per pass of the few-token tiles (their sums in registers) */
-#define IQM_ALONE 8 /* up to this many tokens the few-token tile runs alone */
 
 /* One group of a dot: the grid magnitudes against the activations with the group's signs, scaled. */
 static inline __m256i iq_group_acc(__m256i acc, __m256i mag, const int8_t *q8, uint32_t signs, __m256i scale) {
@@ -60,7 +59,8 @@ static float dot_iq2_xs_512(int64_t n, const void *w, const void *a) {
 
 uint16_t kernels_iq2xs_codes[512];
 uint16_t kernels_iq3xxs_codes[256];
-bool kernels_iq_reg;
+bool kernels_iq_reg, kernels_iq3_planes_on, kernels_iq2_ms_on;
+_Alignas(64) uint8_t kernels_iq3_planes[4][256];
 
 /* The code of byte b among the grid's sorted byte values lut[0..nv), or -1. */
 static int grid_code(const uint8_t *lut, int nv, uint8_t b) {
@@ -158,12 +158,11 @@ static float dot_iq2_xs_reg(int64_t n, const void *w, const void *a) {
  * cache resident (a scratch harness, 64 rows x 2048): 9.3 -> 11.7 GB/s. With the activations
  * de-interleaved once per product instead of per block the kernel would reach 14.5, but the dot
  * takes Q8_K as every other kernel of the type does. */
-static _Alignas(64) uint8_t iq3_planes[4][256]; /* byte b of quant_iq3xxs_grid[e] at [b][e] */
 static _Alignas(64) uint8_t iq3_sign_pick[4][64], iq3_act_pick[4][64];
 
 static void iq3_planes_init(void) {
     for (int e = 0; e < 256; e++)
-        for (int b = 0; b < 4; b++) iq3_planes[b][e] = (uint8_t)(quant_iq3xxs_grid[e] >> (8 * b));
+        for (int b = 0; b < 4; b++) kernels_iq3_planes[b][e] = (uint8_t)(quant_iq3xxs_grid[e] >> (8 * b));
     for (int b = 0; b < 4; b++)
         for (int j = 0; j < 64; j++) {
             iq3_sign_pick[b][j] = (uint8_t)(4 * (j % 8) + b);
@@ -191,9 +190,7 @@ iq3_xxs_planes_rows(int64_t n, const uint8_t *w, size_t ws, int rows, const uint
             __mmask64 neg[4];
 #pragma GCC unroll 4
             for (int b = 0; b < 4; b++) {
-                const __m512i *tb = (const __m512i *)iq3_planes[b];
-                mag[b] = _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(tb[0], idx, tb[1]),
-                                                _mm512_permutex2var_epi8(tb[2], idx, tb[3]));
+                mag[b] = iq3_xxs_plane(idx, high, b);
                 neg[b] = _mm512_bitshuffle_epi64_mask(S, _mm512_load_si512((const void *)iq3_sign_pick[b]));
             }
             const float d = ld_f16(x);
@@ -286,38 +283,24 @@ static bool cpu_has_vbmi_bitalg(void) {
 static inline __attribute__((always_inline)) void
 iq4_xs_rows(int64_t n, const uint8_t *w, size_t ws, int rows, const uint8_t *act, size_t as, int tn, float *out,
     size_t os) {
-    const __m512i lut = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)quant_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i lut = iq4_xs_lut();
     const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                              _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
                              _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
                              _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
-    const __m256i sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __mmask32 odd = 0xFF00FF00u;
     for (int r = 0; r < rows; r++) {
         const uint8_t *x = w + (size_t)r * ws;
         float sumf[IQM_TOKS] = {0};
         for (int64_t blk = 0; blk < n / QK_K; blk++, x += 136) {
-            uint32_t lo4, hi2 = 0;
-            memcpy(&lo4, x + 4, 4);
-            memcpy(&hi2, x + 2, 2);
-            const __m256i sv = _mm256_sub_epi32(
-                _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo4), sh4), _mm256_set1_epi32(15)),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)hi2), sh2),
-                                                                   _mm256_set1_epi32(3)), 4)),
-                _mm256_set1_epi32(32));
+            const __m256i sv = iq4_xs_scales8(x);
             const __m512i sv5 = _mm512_zextsi256_si512(sv);
             __m512i k[4], sp[4];
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
-                const __m512i c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(ldu(x + 8 + 32 * p)),
-                                                       _mm512_castsi256_si512(ldu(x + 8 + 32 * p)), _MM_SHUFFLE(1, 1, 0, 0));
-                const __m512i z = _mm512_mask_srli_epi16(c, odd, c, 4);
-                k[p] = _mm512_shuffle_epi8(lut, _mm512_and_si512(z, m4));
+                k[p] = iq4_xs_codes64(x, p, lut);
                 sp[p] = _mm512_permutexvar_epi32(pick[p], sv5);
             }
-            const __m256i s16 = _mm256_or_si256(_mm256_slli_epi32(sv, 16), _mm256_and_si256(sv, _mm256_set1_epi32(0xffff)));
+            const __m256i s16 = iq4_xs_pairs(sv);
             const float d = ld_f16(x);
             for (int t = 0; t < tn; t++) {
                 const uint8_t *y = act + (size_t)t * as + (size_t)blk * 292;
@@ -351,7 +334,7 @@ static float dot_iq4_xs_512(int64_t n, const void *w, const void *a) {
  * each token then runs the dot's own per-token steps: the same operations on the same operands,
  * the same float step per super-block, the same final factor, so each output has the bits of
  * the dot (test_kernels compares every tile with the dot). The packed activations are the
- * tokens' Q8_K rows as given. Above IQM_ALONE tokens the 16-lane tile runs. Only the forms this
+ * tokens' Q8_K rows as given. Above iqm_alone tokens the 16-lane tile runs. Only the forms this
  * level selects for the dot have one (IQ2_XS by multishift, IQ3_XXS by planes, IQ4_XS). */
 
 static size_t iqm_row_bytes(int64_t n) { return (size_t)(n / QK_K) * 292; }
@@ -379,12 +362,19 @@ enum { IQM_IQ2_XS, IQM_IQ3_XXS, IQM_IQ4_XS };
 static const iqm_fn iqm_fns[3] = {iqm_iq2_xs, iqm_iq3_xxs, iqm_iq4_xs};
 static const kernel_tile *iqm_lanes[3]; /* the 16-lane tiles this level registered */
 
+/* Up to this many tokens (IQ2_XS, IQ3_XXS, IQ4_XS) the few-token tile runs, above it the 16-lane
+ * tile: where the two cross with the byte tiles' VBMI decoding (bench_kernels --threads 1 --toks K
+ * --mb 2, few-token / 16-lane GOP/s on Zen 5; SLUICE_IQ_FEW=0 gives the second): IQ2_XS 7:
+ * 133 / 123, 8: 137 / 143; IQ3_XXS 5: 102 / 103, 6: 106 / 124; IQ4_XS 6: 163 / 147, 7: 168 / 169,
+ * 8: 171 / 195. Both give the dot's bits, so the choice changes no value. */
+static const int iqm_alone[3] = {7, 5, 6};
+
 static inline size_t iqm_bytes(const int kind, int64_t n, int toks) {
-    return toks <= IQM_ALONE ? iqm_row_bytes(n) * (size_t)toks : iqm_lanes[kind]->packed_bytes(n, toks);
+    return toks <= iqm_alone[kind] ? iqm_row_bytes(n) * (size_t)toks : iqm_lanes[kind]->packed_bytes(n, toks);
 }
 
 static inline void iqm_pack(const int kind, int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
-    if (toks > IQM_ALONE) {
+    if (toks > iqm_alone[kind]) {
         iqm_lanes[kind]->pack(n, a, as, toks, t0, t1, dst);
         return;
     }
@@ -394,7 +384,7 @@ static inline void iqm_pack(const int kind, int64_t n, const void *a, size_t as,
 
 static inline void iqm_tile_run(const int kind, int64_t n, const void *w, size_t ws, int rows, const void *packed,
                                 int toks, float *out, size_t os) {
-    if (toks > IQM_ALONE) {
+    if (toks > iqm_alone[kind]) {
         iqm_lanes[kind]->run(n, w, ws, rows, packed, toks, out, os);
         return;
     }
@@ -431,9 +421,11 @@ void kernels_register_avx512_iq(kernel_set *ks) {
     ks->dot[GGML_TYPE_IQ2_XS] = kernels_iq_reg ? dot_iq2_xs_reg : dot_iq2_xs_512;
     ks->dot[GGML_TYPE_IQ3_XXS] = kernels_iq_reg ? dot_iq3_xxs_reg : dot_iq3_xxs_512;
     const char *ms = getenv("SLUICE_IQ2_MULTISHIFT"); /* 0: the register kernel (tests, A/B runs) */
-    if (kernels_iq_reg && cpu_has_vbmi_bitalg() && !(ms && !strcmp(ms, "0"))) ks->dot[GGML_TYPE_IQ2_XS] = dot_iq2_xs_ms;
+    kernels_iq2_ms_on = kernels_iq_reg && cpu_has_vbmi_bitalg() && !(ms && !strcmp(ms, "0"));
+    if (kernels_iq2_ms_on) ks->dot[GGML_TYPE_IQ2_XS] = dot_iq2_xs_ms;
     const char *planes = getenv("SLUICE_IQ3_PLANES"); /* 0: the register kernel (tests, A/B runs) */
-    if (kernels_iq_reg && cpu_has_vbmi_bitalg() && !(planes && !strcmp(planes, "0"))) {
+    kernels_iq3_planes_on = kernels_iq_reg && cpu_has_vbmi_bitalg() && !(planes && !strcmp(planes, "0"));
+    if (kernels_iq3_planes_on) {
         iq3_planes_init();
         ks->dot[GGML_TYPE_IQ3_XXS] = dot_iq3_xxs_planes;
     }
