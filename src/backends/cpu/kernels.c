@@ -17,7 +17,7 @@
 static kernel_set sets[KERNEL_ISA_COUNT];
 static kernel_isa best_isa = KERNEL_ISA_SCALAR;
 static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
-static bool amx_ok;
+bool kernels_amx_granted; /* kernels.h */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 size_t kernel_tile_l2_bytes = (size_t)384 << 10; /* kernels.h; 384 KiB of a 1-2 MiB L2 */
@@ -51,7 +51,7 @@ static void detect(void) {
     bool vnni = c & (1u << 11);
     if (f && dq && bw && vl && vnni && (xcr0 & 0xe0) == 0xe0) best_isa = KERNEL_ISA_AVX512;
     bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
-    if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000) amx_ok = request_amx();
+    if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000) kernels_amx_granted = request_amx();
 }
 #else
 static void detect(void) {}
@@ -145,7 +145,7 @@ kernel_isa kernel_isa_force(kernel_isa isa) {
 
 bool kernel_amx_usable(void) {
     ensure_init();
-    return amx_ok;
+    return kernels_amx_granted;
 }
 
 kernel_dot_fn kernel_dot(uint32_t type) {

@@ -162,6 +162,12 @@ void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */
 void kernels_register_avx512_float(kernel_set *ks); /* kernels_avx512_float.c */
 void kernels_register_avx512_krows(kernel_set *ks); /* kernels_avx512_krows.c: wraps the K-quant tiles */
 void kernels_register_avx512_q6k_r16(kernel_set *ks); /* kernels_avx512_q6k_r16.c */
+/* kernels_avx512_amx.c: the AMX byte tiles over the level's VNNI byte tiles of Q4_K, Q5_K, Q6_K,
+ * IQ2_XS, IQ3_XXS, IQ4_XS (in that order; same packed activations) */
+void kernels_register_avx512_amx(kernel_set *ks, const kernel_tile *const vnni[6]);
+/* set by the CPU detection, before the levels register: AMX-TILE and AMX-INT8 present and the tile
+ * state granted (kernel_amx_usable() for everyone else) */
+extern bool kernels_amx_granted;
 
 const char *kernel_isa_name(kernel_isa isa);
 /* The best level this CPU and OS support. */
@@ -195,5 +201,9 @@ float kernel_dot_f32(int64_t n, const float *a, const float *b);
 
 /* AMX (int8 tiles) usable: the CPU has it and the OS granted the tile state to this process. */
 bool kernel_amx_usable(void);
+/* Where the AMX tiles are registered (kernel_amx_usable() and SLUICE_AMX not 0), runs their AMX
+ * walk (true, the default) or the VNNI byte tiles' walk on the same packed activations (false):
+ * for tests and A/B measurements. Not thread-safe: call between products. */
+void kernel_amx_set(bool on);
 
 #endif

@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels_avx512_fold.h"
 #include "backends/cpu/kernels_avx512_iq.h"
 #include "backends/cpu/kernels_avx512_byte_row.h"
+#include "backends/cpu/kernels_avx512_byte_tile.h"
 
 #include <cpuid.h>
 #include <stdlib.h>
@@ -249,7 +250,6 @@ static void terms_q6_k_512(int64_t n, const void *w, const void *a, float *t) {
  * twice the multiply-adds per instruction, half the packed activations). */
 
 #define SB_PACK (128 * 64 + 64 + 8 * 64)
-#define TB_CHUNK 32 /* token blocks per pass at most: accumulators for 4 rows x 32 x 16 tokens */
 
 
 static size_t q8k_packed_bytes(int64_t n, int toks) {
@@ -433,46 +433,6 @@ static inline void kq_float(const kq_tile_type *kt, const kq_row *rw, int R, con
     }
 }
 
-/* Writes a tile's results: acc[r][tb - tb0] holds rows r0 + r (r < R) for the 16 tokens of
- * token block tb; out is token-major (token t's row r at out[t * os + r]). With 4 rows the
- * 4 x 16 block is transposed in registers and each token gets one 16-byte store (scalar stores
- * to 16 different lines per row had the store buffer full: ~15% of the Q4_K tile with 16 tokens per
- * expert). The values are only moved, never changed. */
-static inline void tile_store(__m512 acc[4][TB_CHUNK], int R, int r0, int tb0, int tb1, int toks, float *out,
-                              size_t os) {
-    for (int tb = tb0; tb < tb1; tb++) {
-        const int nk = toks - tb * 16 < 16 ? toks - tb * 16 : 16;
-        float *o = out + (size_t)(tb * 16) * os + (size_t)r0;
-        if (R == 4) {
-            const __m512 a = acc[0][tb - tb0], b = acc[1][tb - tb0], c = acc[2][tb - tb0], d = acc[3][tb - tb0];
-            const __m512 ab_lo = _mm512_unpacklo_ps(a, b), ab_hi = _mm512_unpackhi_ps(a, b);
-            const __m512 cd_lo = _mm512_unpacklo_ps(c, d), cd_hi = _mm512_unpackhi_ps(c, d);
-            /* t[j], 128-bit lane L: rows 0..3 of token 4L + j */
-            const __m512 t[4] = {_mm512_shuffle_ps(ab_lo, cd_lo, 0x44), _mm512_shuffle_ps(ab_lo, cd_lo, 0xEE),
-                                 _mm512_shuffle_ps(ab_hi, cd_hi, 0x44), _mm512_shuffle_ps(ab_hi, cd_hi, 0xEE)};
-            _Alignas(64) float v[4][16];
-            for (int j = 0; j < 4; j++) _mm512_store_ps(v[j], t[j]);
-            for (int k = 0; k < nk; k++) _mm_storeu_ps(o + (size_t)k * os, _mm_load_ps(&v[k & 3][4 * (k >> 2)]));
-            continue;
-        }
-        for (int r = 0; r < R; r++) {
-            float v[16];
-            _mm512_storeu_ps(v, acc[r][tb - tb0]);
-            for (int k = 0; k < nk; k++) o[(size_t)k * os + (size_t)r] = v[k];
-        }
-    }
-}
-
-/* The tile kernels walk 4 rows at a time along their super-blocks. A row of an expert matrix is
- * only 1-2 KiB, so each of those 4 streams is too short for the hardware prefetcher to follow and
- * every super-block's first load waited on memory (a quarter of the Q4_K tile's samples sat on it with
- * 16 tokens per expert). Asking for the next group's block of the same super-block one group
- * ahead hides that: the 16-token Q4_K tile 125 -> 167 GOP/s on one thread (bench_kernels). */
-static inline void prefetch_next_rows(const uint8_t *w, size_t ws, int first, int rows, size_t off, int bytes) {
-    for (int r = first; r < rows && r < first + 4; r++)
-        for (int b = 0; b < bytes; b += 64) __builtin_prefetch(w + (size_t)r * ws + off + (size_t)b);
-}
-
 /* Rows r0..r0+R-1 (R <= 4) against token blocks tb0..tb1-1: accumulates into acc[r][tb - tb0]. */
 static inline void kq_rows(const kq_tile_type *kt, int64_t nsb, const uint8_t *w, size_t ws, int R, int next_rows,
                            const uint8_t *packed, int tb0, int tb1, __m512 acc[4][TB_CHUNK]) {
@@ -555,111 +515,6 @@ static void kq_run(const kq_tile_type *kt, int64_t n, const void *w, size_t ws, 
     }
 }
 
-/* ---- Q4_K / Q5_K tiles with u8 x s8 VNNI (vpdpbusd: 64 multiply-adds per instruction) -------
- * These two types have unsigned quants and non-negative 6-bit scales per 32 values, so a row's
- * super-block is decoded to 256 bytes (no int16 widening) and each sub-block's 8 quads are
- * accumulated with vpdpbusd into their own int32 lanes (16 tokens), then multiplied by the
- * sub-block scale and added: the same exact integer isum per (row, token) as the reference.
- * Packed activations per 16 tokens and super-block (SB_PACK8 bytes): A8 [64 quads][16 tokens]
- * of 4 code bytes, da [16] floats, bsp [4][16] pairs of 32-value sums (sub-blocks 2i and 2i+1 as
- * int16: at most 32 * 127 in magnitude), so that one vpdpwssd adds two sub-blocks' mins terms. */
-
-#define SB_PACK8 (64 * 64 + 64 + 4 * 64)
-
-static size_t q8k_packed_bytes8(int64_t n, int toks) {
-    return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK8;
-}
-
-/* Byte-quad activations per 16 tokens and super-block (sb_bytes each): A8 [64 quads][16 tokens]
- * of 4 code bytes, da [16], then pairs of bsums per token: with sums32, the 4 pairs of 32-value
- * sums (sub-blocks 2i and 2i+1, for the Q4_K/Q5_K mins); else the 8 pairs of Q8_K's 16-value
- * sums (for Q6_K's q - 32). */
-static inline void pack_quads(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst,
-                              size_t sb_bytes, int sums32) {
-    const int64_t nsb = n / QK_K;
-    const int npairs = sums32 ? 4 : 8;
-    for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
-        uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * sb_bytes;
-        for (int64_t sb = 0; sb < nsb; sb++, blk += sb_bytes) {
-            uint32_t *A = (uint32_t *)blk, *bsp = (uint32_t *)(blk + 64 * 64 + 64);
-            float *da = (float *)(blk + 64 * 64);
-            for (int k = 0; k < 16; k++) {
-                int t = tb * 16 + k;
-                if (t >= toks) {
-                    for (int p = 0; p < 64; p++) A[p * 16 + k] = 0;
-                    for (int i = 0; i < npairs; i++) bsp[i * 16 + k] = 0;
-                    da[k] = 0.0f;
-                    continue;
-                }
-                const uint8_t *y = (const uint8_t *)a + (size_t)t * as + (size_t)sb * 292;
-                da[k] = ld_f32(y);
-                for (int p = 0; p < 64; p++) A[p * 16 + k] = ld_u32(y + 4 + 4 * p);
-                for (int i = 0; i < npairs; i++) {
-                    if (!sums32) {
-                        bsp[i * 16 + k] = ld_u32(y + 260 + 4 * i); /* bsums 2i, 2i+1 */
-                        continue;
-                    }
-                    int16_t g[4]; /* the 16-value sums of sub-blocks 2i and 2i+1 */
-                    memcpy(g, y + 260 + 8 * i, 8);
-                    uint16_t lo = (uint16_t)(int16_t)(g[0] + g[1]), hi = (uint16_t)(int16_t)(g[2] + g[3]);
-                    bsp[i * 16 + k] = (uint32_t)lo | (uint32_t)hi << 16;
-                }
-            }
-        }
-    }
-}
-
-static void q8k_pack8(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
-    pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK8, 1);
-}
-
-/* 64 code bytes at a time: chunks 2g and 2g + 1 of 32, whose low nibbles are sub-blocks 4g and
- * 4g + 2 and high ones 4g + 1 and 4g + 3; two 128-bit lane shuffles put each chunk's low then
- * high nibbles in element order (16 operations for the 256 values where 32-byte chunks took 24).
- * Q5_K's fifth bit of chunk c's low (high) nibbles is qh bit 2c (2c + 1), as kr_decode takes it. */
-static inline void unpack_k45_8(const uint8_t *x, byte_row *o, int qs_off, int has_high) {
-    /* scales 0..7 widened to dwords; mins 0..7 as words are already the four (2i, 2i+1) pairs */
-    const __m256i s16 = k4_scales16(x + 4);
-    _mm256_store_si256((__m256i *)o->sc, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(s16)));
-    _mm_store_si128((__m128i *)o->pairs, _mm256_extracti128_si256(s16, 1));
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i qh = has_high ? _mm512_broadcast_i64x4(ldu(x + 16)) : _mm512_setzero_si512();
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) {
-        const __m512i q = _mm512_loadu_si512((const void *)(x + qs_off + 64 * g));
-        __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        if (has_high) {
-            const __m512i sel_lo = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * g))),
-                                                      _mm256_set1_epi8((char)(1 << (4 * g + 2))), 1);
-            const __m512i sel_hi = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * g + 1))),
-                                                      _mm256_set1_epi8((char)(1 << (4 * g + 3))), 1);
-            const __m512i b16 = _mm512_set1_epi8(16);
-            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, sel_lo), lo, b16);
-            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, sel_hi), hi, b16);
-        }
-        _mm512_store_si512((void *)(o->q + 128 * g), _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)));
-        _mm512_store_si512((void *)(o->q + 128 * g + 64), _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)));
-    }
-    o->d = ld_f16(x);
-    o->dm = ld_f16(x + 2);
-}
-
-/* The float step of one (4 rows) x (16 tokens) block: the reference's
- * sumf += (d*da)*isum - (dmin*da)*summs, lane-wise. */
-static inline void k45_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
-                             int stride) {
-    __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
-    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
-    for (int r = 0; r < R; r++) {
-        __m512i m = _mm512_setzero_si512();
-        for (int i = 0; i < 4; i++)
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[i]), _mm512_load_si512(bsp + i));
-        __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(isum[r]));
-        __m512 mt = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].dm), vda), _mm512_cvtepi32_ps(m));
-        acc[r * stride] = _mm512_add_ps(acc[r * stride], _mm512_sub_ps(t, mt));
-    }
-}
-
 /* A sub-block's sum over its 8 quads times the sub-block's scale, added to the row's isum.
  * Q4_K (quants <= 15): a sum over 4 quads (16 products, at most 16 * 15 * 128 = 30720) fits an
  * int16, so its dword (low word the sum, high word its sign) times [scale, 0] as words is
@@ -734,69 +589,6 @@ static bool k45_mullo_q4(void) {
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
 }
 
-/* ---- Q6_K tile with u8 x s8 VNNI (AMD) -------------------------------------------------------
- * The kq tile multiplies Q6_K as int16 pairs (vpdpwssd: 32 multiply-adds per instruction). Here
- * the unsigned 6-bit quants q (0..63) stay bytes and vpdpbusd takes 64 per instruction against
- * the packed activation quads (q8k_pack8's A and da, with the 16-value sums of q8k_pack's
- * bsp): per 16-value sub-block the exact sum of q * a (at most 16 * 63 * 128: not an int16, so
- * vpmulld by the sub-block's scale), and the reference's q - 32 as 32 * sum(scale * bsum16),
- * two sub-blocks per vpdpwssd. isum is the reference's exact integer, the float step its
- * (d*da) * isum: the same bits. Chosen where vpmulld is cheap (the Q4_K tile's test,
- * k45_mullo_q4; SLUICE_K45_SCALE selects both). */
-#define SB_PACK6 (64 * 64 + 64 + 8 * 64)
-
-static size_t q6_packed_bytes(int64_t n, int toks) {
-    return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK6;
-}
-
-static void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst) {
-    pack_quads(n, a, as, toks, t0, t1, dst, SB_PACK6, 0);
-}
-
-
-/* Q6_K: elements 128h + 0..63 from the low nibbles of ql[64h ..] and 128h + 64..127 from the high
- * ones, the top two bits from qh[32h ..] (bits 0-1 / 2-3 for the first / last 32 of each 64, 4-5
- * / 6-7 for the high nibbles), 64 values a vector as kr_decode does it */
-static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
-        const __m512i qh = _mm512_broadcast_i64x4(ldu(x + 128 + 32 * h));
-        _mm512_store_si512((void *)(o->q + 128 * h),
-                           _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl), m30, 0xF8));
-        _mm512_store_si512((void *)(o->q + 128 * h + 64),
-                           _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                     _mm512_srlv_epi16(qh, sr), m30, 0xF8));
-    }
-    const __m128i s8 = _mm_loadu_si128((const __m128i *)(x + 192));
-    _mm512_storeu_si512(o->sc, _mm512_cvtepi8_epi32(s8));
-    _mm256_storeu_si256((__m256i *)o->pairs, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
-    o->d = ld_f16(x + 208);
-}
-
-/* isum = sum over sub-blocks of scale * sum(q * a) - off * sum(scale * bsum16), lane-wise, with
- * off = 1 << shift the offset that made the quants unsigned (Q6_K 32, IQ2_XS/IQ3_XXS 64, IQ4_XS
- * 128); then the float step, as kq_float does it */
-static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i isum[4], __m512 *acc,
-                            int stride, int shift) {
-    const __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
-    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
-    for (int r = 0; r < R; r++) {
-        __m512i m = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[j]), _mm512_load_si512(bsp + j));
-        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, (unsigned)shift));
-        acc[r * stride] = _mm512_add_ps(acc[r * stride],
-                                        _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(is)));
-    }
-}
-
-/* ---- the byte tiles' walk (Q4_K, Q5_K, Q6_K) ---------------------------------------------- */
-
-enum byte_kind { BYTE_Q4_K, BYTE_Q5_K, BYTE_Q6_K, BYTE_IQ2_XS, BYTE_IQ3_XXS, BYTE_IQ4_XS };
-
 /* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
  * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
  * Q6_K: sixteen 16-value sub-blocks, vpmulld), then the type's float step. */
@@ -811,14 +603,8 @@ static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, 
     __m512i isum0[4], isum1[4];
     quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1,
               two, isum0, isum1);
-    if (kind != BYTE_Q4_K && kind != BYTE_Q5_K) {
-        const int shift = kind == BYTE_Q6_K ? 5 : kind == BYTE_IQ4_XS ? 7 : 6;
-        q6_float(rw, R, blk0, isum0, acc0, stride, shift);
-        if (two) q6_float(rw, R, blk1, isum1, acc1, stride, shift);
-    } else {
-        k45_float(rw, R, blk0, isum0, acc0, stride);
-        if (two) k45_float(rw, R, blk1, isum1, acc1, stride);
-    }
+    byte_float(kind, rw, R, blk0, isum0, acc0, stride);
+    if (two) byte_float(kind, rw, R, blk1, isum1, acc1, stride);
 }
 
 /* byte_pass compiled once per (type, scale step, one or two token blocks), so that each has the
@@ -855,11 +641,9 @@ typedef void (*byte_pass_fn)(const byte_row *, int, const uint8_t *, const uint8
 static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const uint8_t *w, size_t ws, int rows,
                                                                 const uint8_t *packed, int toks, float *out, size_t os,
                                                                 int kind, int mullo) {
-    const int bytes = kind == BYTE_Q4_K ? 144 : kind == BYTE_Q5_K ? 176 : kind == BYTE_Q6_K ? 210
-                    : kind == BYTE_IQ2_XS ? 74 : kind == BYTE_IQ3_XXS ? 98 : 136;
-    const size_t sbp = kind == BYTE_Q4_K || kind == BYTE_Q5_K ? SB_PACK8 : SB_PACK6;
-    /* the reference's final factor (result = factor * sumf; kq_tile_type.factor) */
-    const float factor = kind == BYTE_IQ2_XS ? 0.125f : kind == BYTE_IQ3_XXS ? 0.25f : 0.0f;
+    const int bytes = byte_kind_bytes(kind);
+    const size_t sbp = byte_kind_pack(kind);
+    const float factor = byte_kind_factor(kind);
     const int64_t nsb = n / QK_K;
     const int ntb = (toks + 15) / 16;
     __m512 acc[4][TB_CHUNK];
@@ -890,14 +674,8 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                  * r0..r0+3 of the next groups past a row's end) */
                 const int64_t ahead = sb + BYTE_PREFETCH_AHEAD;
                 prefetch_next_rows(w, ws, r0 + 4 * (int)(ahead / nsb), rows, (size_t)(ahead % nsb) * (size_t)bytes, bytes);
-                for (int r = 0; r < R; r++) {
-                    const uint8_t *x = w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes;
-                    if (kind == BYTE_Q6_K) unpack_q6_k8(x, &rw[r]);
-                    else if (kind == BYTE_IQ2_XS) unpack_iq2_xs8(x, &rw[r]);
-                    else if (kind == BYTE_IQ3_XXS) unpack_iq3_xxs8(x, &rw[r]);
-                    else if (kind == BYTE_IQ4_XS) unpack_iq4_xs8(x, &rw[r]);
-                    else unpack_k45_8(x, &rw[r], kind == BYTE_Q4_K ? 16 : 48, kind == BYTE_Q5_K);
-                }
+                for (int r = 0; r < R; r++)
+                    byte_decode(kind, w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r]);
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
                 for (int tb = tb0; tb < tb1; tb += 2) {
                     const uint8_t *b0 = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * sbp;
@@ -1352,6 +1130,12 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
     ks->tile[GGML_TYPE_IQ3_XXS] = k45_mullo_q4() ? &tile_iq3_xxs8 : &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
+    const char *amx = getenv("SLUICE_AMX"); /* 0: the VNNI tiles (A/B runs) */
+    if (kernels_amx_granted && !(amx && !strcmp(amx, "0"))) {
+        const kernel_tile *const byte[6] = {&tile_q4_k8, &tile_q5_k8, &tile_q6_k8, &tile_iq2_xs8, &tile_iq3_xxs8,
+                                            &tile_iq4_xs8};
+        kernels_register_avx512_amx(ks, byte);
+    }
     kernels_register_avx512_krows(ks); /* Q4_K, Q5_K, Q6_K: rows in lanes for a few tokens */
     kernels_register_avx512_q2_0(ks);
     kernels_register_avx512_q6k_r16(ks);
