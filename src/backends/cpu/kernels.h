@@ -165,6 +165,9 @@ void kernels_register_avx512_q6k_r16(kernel_set *ks); /* kernels_avx512_q6k_r16.
 /* kernels_avx512_amx.c: the AMX byte tiles over the level's VNNI byte tiles of Q4_K, Q5_K, Q6_K,
  * IQ2_XS, IQ3_XXS, IQ4_XS (in that order; same packed activations) */
 void kernels_register_avx512_amx(kernel_set *ks, const kernel_tile *const vnni[6]);
+/* true for the tiles kernels_register_avx512_amx registered (the few-token wrappers hand over to
+ * them at fewer tokens than to the VNNI tiles) */
+bool kernel_tile_is_amx(const kernel_tile *t);
 /* set by the CPU detection, before the levels register: AMX-TILE and AMX-INT8 present and the tile
  * state granted (kernel_amx_usable() for everyone else) */
 extern bool kernels_amx_granted;

@@ -224,6 +224,11 @@ AMX_TILE(tile_iq2_xs_amx, BYTE_IQ2_XS)
 AMX_TILE(tile_iq3_xxs_amx, BYTE_IQ3_XXS)
 AMX_TILE(tile_iq4_xs_amx, BYTE_IQ4_XS)
 
+bool kernel_tile_is_amx(const kernel_tile *t) {
+    return t == &tile_q4_k_amx || t == &tile_q5_k_amx || t == &tile_q6_k_amx || t == &tile_iq2_xs_amx ||
+           t == &tile_iq3_xxs_amx || t == &tile_iq4_xs_amx;
+}
+
 void kernels_register_avx512_amx(kernel_set *ks, const kernel_tile *const vnni[6]) {
     const uint32_t types[6] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
                                GGML_TYPE_IQ2_XS, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ4_XS};

@@ -367,7 +367,12 @@ static const kernel_tile *iqm_lanes[3]; /* the 16-lane tiles this level register
  * --mb 2, few-token / 16-lane GOP/s on Zen 5; SLUICE_IQ_FEW=0 gives the second): IQ2_XS 7:
  * 133 / 123, 8: 137 / 143; IQ3_XXS 5: 102 / 103, 6: 106 / 124; IQ4_XS 6: 163 / 147, 7: 168 / 169,
  * 8: 171 / 195. Both give the dot's bits, so the choice changes no value. */
-static const int iqm_alone[3] = {7, 5, 6};
+static int iqm_alone[3] = {7, 5, 6};
+/* Over the AMX tiles (kernels_avx512_amx.c) the hand-over comes sooner: on the Intel Xeon VM of
+ * 2026-12-03 (one thread, --mb 2, two alternating rounds, few-token / AMX GOP/s): IQ2_XS 4:
+ * 64-66 / 59-60, 5: 69-71 / 75-77; IQ3_XXS 2: 37 / 26-27, 3: 42-44 / 48-52; IQ4_XS 3: 75-81 /
+ * 71-73, 4: 86-88 / 92-96 (bench/results/2026-12-03-cpu-amx.md). */
+static const int iqm_alone_amx[3] = {4, 2, 3};
 
 static inline size_t iqm_bytes(const int kind, int64_t n, int toks) {
     return toks <= iqm_alone[kind] ? iqm_row_bytes(n) * (size_t)toks : iqm_lanes[kind]->packed_bytes(n, toks);
@@ -413,6 +418,7 @@ static void iqm_wrap(kernel_set *ks, uint32_t type, int kind, kernel_tile *few) 
     const char *e = getenv("SLUICE_IQ_FEW");
     if ((e && !strcmp(e, "0")) || !ks->tile[type] || ks->tile[type] == few) return;
     iqm_lanes[kind] = ks->tile[type];
+    if (kernel_tile_is_amx(ks->tile[type])) iqm_alone[kind] = iqm_alone_amx[kind];
     ks->tile[type] = few;
 }
 

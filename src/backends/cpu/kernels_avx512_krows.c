@@ -414,6 +414,11 @@ void kernels_register_avx512_krows(kernel_set *ks) {
     kernel_tile *mix[3] = {&tile_q4_k_mix, &tile_q5_k_mix, &tile_q6_k_mix};
     for (int k = 0; k < 3; k++) {
         if (!ks->tile[types[k]] || ks->tile[types[k]] == mix[k]) continue; /* none, or wrapped already */
+        /* over the AMX tiles this kernel runs alone up to 4 tokens (Intel Xeon VM, one thread,
+         * --mb 2, this kernel / AMX GOP/s: Q4_K 4: 130-133 / 90-96, 5: 115-118 / 113-119, 6:
+         * 122-129 / 134-140; Q6_K 4: 117-118 / 90-97, 5: 104 / 112-115; bench/results/
+         * 2026-12-03-cpu-amx.md) */
+        if (kernel_tile_is_amx(ks->tile[types[k]])) kr_alone[k] = 4;
         if ((e = getenv("SLUICE_KROWS_ALONE"))) kr_alone[k] = atoi(e);
         if ((e = getenv("SLUICE_KROWS_TAIL"))) kr_tail_alone[k] = kr_tail_paired[k] = atoi(e);
         if ((e = getenv("SLUICE_KROWS_TAIL_PAIRED"))) kr_tail_paired[k] = atoi(e);
