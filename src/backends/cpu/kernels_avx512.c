@@ -589,6 +589,13 @@ static bool k45_mullo_q4(void) {
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
 }
 
+/* The byte tiles for Q6_K and the IQ types unless SLUICE_K45_SCALE=dpwssd asks for the int16 kq
+ * tiles (tests run both). */
+static bool byte_tiles_q6_iq(void) {
+    const char *e = getenv("SLUICE_K45_SCALE");
+    return !(e && !strcmp(e, "dpwssd"));
+}
+
 /* One super-block of 4 rows against one token block (blk1 NULL) or two: the exact integers by
  * quad_pass (Q4_K/Q5_K: eight 32-value sub-blocks, Q4_K's 4-quad int16 sums where mullo is 0;
  * Q6_K: sixteen 16-value sub-blocks, vpmulld), then the type's float step. */
@@ -1122,13 +1129,17 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k8;
-    ks->tile[GGML_TYPE_Q6_K] = k45_mullo_q4() ? &tile_q6_k8 : &tile_q6_k;
-    /* the byte tiles (vpdpbusd, vpmulld per sub-block) where vpmulld is cheap, as for Q6_K */
-    ks->tile[GGML_TYPE_IQ4_XS] = k45_mullo_q4() ? &tile_iq4_xs8 : &tile_iq4_xs;
+    /* Q6_K and the IQ types: the byte tiles (vpdpbusd, vpmulld per sub-block) on AMD and Intel
+     * alike (the Intel Xeon VM of bench/results/2026-12-03-cpu-amx.md without AMX, one core, 16 /
+     * 128 tokens: Q6_K 123 -> 189-197 / 196-197 -> 257-264, IQ4_XS 121-122 -> 247-248 / 200-201
+     * -> 299-304 GOP/s against the int16 kq tiles); SLUICE_K45_SCALE=dpwssd keeps the kq tiles */
+    const bool byte16 = byte_tiles_q6_iq();
+    ks->tile[GGML_TYPE_Q6_K] = byte16 ? &tile_q6_k8 : &tile_q6_k;
+    ks->tile[GGML_TYPE_IQ4_XS] = byte16 ? &tile_iq4_xs8 : &tile_iq4_xs;
     ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs;
-    ks->tile[GGML_TYPE_IQ2_XS] = k45_mullo_q4() ? &tile_iq2_xs8 : &tile_iq2_xs;
+    ks->tile[GGML_TYPE_IQ2_XS] = byte16 ? &tile_iq2_xs8 : &tile_iq2_xs;
     ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s;
-    ks->tile[GGML_TYPE_IQ3_XXS] = k45_mullo_q4() ? &tile_iq3_xxs8 : &tile_iq3_xxs;
+    ks->tile[GGML_TYPE_IQ3_XXS] = byte16 ? &tile_iq3_xxs8 : &tile_iq3_xxs;
     ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s;
     const char *amx = getenv("SLUICE_AMX"); /* 0: the VNNI tiles (A/B runs) */
     if (kernels_amx_granted && !(amx && !strcmp(amx, "0"))) {
