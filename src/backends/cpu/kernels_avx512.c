@@ -606,7 +606,7 @@ static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, 
                            (const int32_t *)rw[3].q};
     const int32_t *sc[4] = {rw[0].sc, rw[1].sc, rw[2].sc, rw[3].sc};
     /* sub-blocks of 16 values (Q6_K, IQ2_XS) or 32 (Q4_K, Q5_K, IQ3_XXS, IQ4_XS) */
-    const int sub16 = kind == BYTE_Q6_K || kind == BYTE_IQ2_XS;
+    const int sub16 = byte_kind_sub16(kind);
     __m512i isum0[4], isum1[4];
     quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1,
               two, isum0, isum1);

@@ -72,8 +72,8 @@ typedef struct amx_planes {
  * (-64..63): both signed bytes. Words by unpacking each 128-bit lane's bytes against zero, which
  * the packs undo in the same order; a lane's 16 values share a scale. */
 static inline __attribute__((always_inline)) void amx_split(int kind, const byte_row *o, int8_t *lo, int8_t *hi) {
-    const int off = kind == BYTE_Q6_K ? 32 : kind == BYTE_IQ4_XS ? 128 : kind == BYTE_IQ2_XS || kind == BYTE_IQ3_XXS ? 64 : 0;
-    const int sub16 = kind == BYTE_Q6_K || kind == BYTE_IQ2_XS;
+    const int shift = byte_kind_offset_shift(kind), off = shift ? 1 << shift : 0;
+    const int sub16 = byte_kind_sub16(kind);
     __m512i sc = _mm512_loadu_si512((const void *)o->sc); /* the 16-value groups' scales */
     if (!sub16) sc = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), sc);
     const __m512i scw = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(sc));

@@ -234,6 +234,13 @@ static inline int byte_kind_bytes(int kind) {
          : kind == BYTE_IQ2_XS ? 74 : kind == BYTE_IQ3_XXS ? 98 : 136;
 }
 static inline size_t byte_kind_pack(int kind) { return kind == BYTE_Q4_K || kind == BYTE_Q5_K ? SB_PACK8 : SB_PACK6; }
+/* sub-blocks of 16 values (Q6_K, IQ2_XS) or of 32 (the others) */
+static inline int byte_kind_sub16(int kind) { return kind == BYTE_Q6_K || kind == BYTE_IQ2_XS; }
+/* log2 of the offset that made the kind's values unsigned bytes (Q6_K 32, IQ2_XS / IQ3_XXS 64,
+ * IQ4_XS 128); 0 for Q4_K / Q5_K, whose quants are unsigned and whose mins the float step takes */
+static inline int byte_kind_offset_shift(int kind) {
+    return kind == BYTE_Q6_K ? 5 : kind == BYTE_IQ4_XS ? 7 : kind == BYTE_IQ2_XS || kind == BYTE_IQ3_XXS ? 6 : 0;
+}
 static inline float byte_kind_factor(int kind) {
     return kind == BYTE_IQ2_XS ? 0.125f : kind == BYTE_IQ3_XXS ? 0.25f : 0.0f;
 }
@@ -253,7 +260,7 @@ static inline __attribute__((always_inline)) void byte_decode(int kind, const ui
 static inline __attribute__((always_inline)) void byte_float(int kind, const byte_row *rw, int R, const uint8_t *blk,
                                                              const __m512i *isum, __m512 *acc, int stride) {
     if (kind == BYTE_Q4_K || kind == BYTE_Q5_K) k45_float(rw, R, blk, isum, acc, stride);
-    else q6_float(rw, R, blk, isum, acc, stride, kind == BYTE_Q6_K ? 5 : kind == BYTE_IQ4_XS ? 7 : 6);
+    else q6_float(rw, R, blk, isum, acc, stride, byte_kind_offset_shift(kind));
 }
 
 
