@@ -347,6 +347,59 @@ done:
     return rc;
 }
 
+/* One token's routed experts (need[0..n_need), in slot order: top-k ids are distinct) and the
+ * shared expert (Ls, or NULL) through experts_one, in sets of experts whose bytes are there.
+ * Resident: one set, two dispatches for the layer. Streaming: the shared expert and the routed
+ * experts whose reads have landed go first; then, after waiting for the first missing one, it
+ * and those that landed meanwhile; so the products overlap the remaining reads as in the
+ * expert-by-expert loop, with two dispatches a set instead of four an expert. Each expert writes
+ * its own slot (moe_slots + j * n_embd), combined in slot order afterwards, and experts_one's
+ * per-expert arithmetic does not depend on its companions: the sets never change the bits.
+ * done[j] / *shared_done: what ran. 1: everything ran; 0: the backend declined a set (the
+ * caller computes the rest expert by expert); -1: error. */
+static int experts_one_sets(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
+                            const int32_t *need, int n_need, const layer_weights *Ls, bool *done,
+                            bool *shared_done) {
+    expert_store *es = m->experts;
+    const int E = m->hp.n_embd;
+    int left = n_need;
+    while (left > 0 || (Ls && !*shared_done)) {
+        const tview *gv[MOE_ONE_MAX], *uv[MOE_ONE_MAX], *dv[MOE_ONE_MAX];
+        expert_views ev[MOE_ONE_MAX];
+        float *ov[MOE_ONE_MAX];
+        int set[MOE_ONE_MAX], ns = 0, first = -1;
+        for (int j = 0; j < n_need; j++) {
+            if (done[j]) continue;
+            if (first < 0) first = j;
+            if (expert_ready(es, il, need[j])) set[ns++] = j;
+        }
+        /* nothing landed and no shared expert to run meanwhile: wait for the first missing */
+        if (ns == 0 && first >= 0 && (!Ls || *shared_done)) set[ns++] = first;
+        int acquired = 0;
+        for (; acquired < ns; acquired++) {
+            const int j = set[acquired];
+            if (expert_acquire(es, il, need[j], &ev[acquired]) != 0) break;
+            gv[acquired] = &ev[acquired].gate, uv[acquired] = &ev[acquired].up, dv[acquired] = &ev[acquired].down;
+            ov[acquired] = st->moe_slots + (size_t)j * E;
+        }
+        bool ok = acquired == ns;
+        int ne = ns;
+        const bool with_shared = Ls && !*shared_done;
+        if (ok && with_shared) {
+            gv[ne] = &Ls->ffn_gate_shexp, uv[ne] = &Ls->ffn_up_shexp, dv[ne] = &Ls->ffn_down_shexp;
+            ov[ne++] = st->shexp_out;
+        }
+        const bool ran = ok && be->ops->experts_one(be, ne, gv, uv, dv, x, ov);
+        for (int a = 0; a < acquired; a++) expert_release(es, il, need[set[a]]);
+        if (!ok) return -1;
+        if (!ran) return 0;
+        for (int a = 0; a < ns; a++) done[set[a]] = true;
+        left -= ns;
+        if (with_shared) *shared_done = true;
+    }
+    return 1;
+}
+
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                 int n, float *out, float *residual, const tview *next_norm, float *next_out) {
     const hparams *hp = &m->hp;
@@ -488,33 +541,16 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (rc < 0) return -1;
         merged = rc == 0;
     }
-    /* One token, experts in memory, a backend that runs host-reached experts together (CPU):
-     * the routed experts and the shared one as one set (two dispatches instead of two each).
-     * A streaming store keeps the loop below, where each expert's reads overlap the products
-     * of the ones already there. */
-    bool one = false;
-    if (!table && n == 1 && !m->experts->streaming && be->ops->experts_one && n_need + 1 <= MOE_ONE_MAX) {
-        const tview *gv[MOE_ONE_MAX], *uv[MOE_ONE_MAX], *dv[MOE_ONE_MAX];
-        expert_views ev[MOE_ONE_MAX];
-        float *ov[MOE_ONE_MAX];
-        int acquired = 0, ne = 0;
-        for (; acquired < n_need; acquired++) {
-            if (expert_acquire(m->experts, il, xs->need[acquired], &ev[acquired]) != 0) break;
-            /* one token: the experts come in slot order (top-k ids are distinct) */
-            gv[ne] = &ev[acquired].gate, uv[ne] = &ev[acquired].up, dv[ne] = &ev[acquired].down;
-            ov[ne++] = st->moe_slots + (size_t)acquired * E;
-        }
-        if (acquired == n_need) {
-            if (shared) {
-                gv[ne] = &L->ffn_gate_shexp, uv[ne] = &L->ffn_up_shexp, dv[ne] = &L->ffn_down_shexp;
-                ov[ne++] = st->shexp_out;
-            }
-            one = be->ops->experts_one(be, ne, gv, uv, dv, x, ov);
-        }
-        for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
-        if (acquired != n_need) return -1;
+    /* One token, a backend that runs host-reached experts together (CPU): the routed experts
+     * and the shared one in sets (two dispatches a set instead of two an expert). */
+    bool one = false, shared_done = false;
+    bool done[MOE_ONE_MAX] = {false};
+    if (!table && n == 1 && be->ops->experts_one && n_need + 1 <= MOE_ONE_MAX) {
+        const int rc = experts_one_sets(m, st, be, il, x, xs->need, n_need, shared ? L : NULL, done, &shared_done);
+        if (rc < 0) return -1;
+        one = rc == 1;
     }
-    if (shared && !merged && !one && !shared_in) {
+    if (shared && !merged && !one && !shared_in && !shared_done) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);
     }
@@ -570,6 +606,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (n > 1 && !m->experts->streaming && be->ops->experts_batch) batch = experts_batch(m, st, be, il, x, n, k, xs, n_need);
         if (batch < 0) return -1;
         for (int j = 0; j < n_need && !batch; j++) {
+            if (j < MOE_ONE_MAX && done[j]) continue; /* computed in a set (experts_one_sets) */
             const int e = xs->need[j];
             int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */
             for (int i = 0; i < n * k; i++)

@@ -40,6 +40,9 @@ typedef struct expert_store_ops {
      * missing experts in host memory for the host to compute (a device backend's
      * moe_experts_host); their acquires then succeed without a copy. Returns how many it left. */
     int (*prefetch_host)(expert_store *s, int layer, const int32_t *experts, int n, int max);
+    /* May be NULL (every expert is there at once). Whether acquire would return without
+     * waiting: the expert is in memory, its reads complete. Never blocks, starts no read. */
+    bool (*ready)(expert_store *s, int layer, int expert);
 } expert_store_ops;
 
 struct expert_store {
@@ -84,6 +87,9 @@ static inline void expert_release(expert_store *s, int layer, int expert) {
 static inline void expert_prefetch(expert_store *s, int layer, const int32_t *experts, int n,
                                    bool demand) {
     if (s->ops->prefetch) s->ops->prefetch(s, layer, experts, n, demand);
+}
+static inline bool expert_ready(expert_store *s, int layer, int expert) {
+    return !s->ops->ready || s->ops->ready(s, layer, expert);
 }
 static inline void expert_store_free(expert_store *s) {
     if (s) s->ops->free(s);

@@ -259,6 +259,17 @@ static void stream_prefetch(expert_store *base, int layer, const int32_t *expert
     io_poll(s->io);
 }
 
+static bool stream_ready(expert_store *base, int layer, int expert) {
+    stream_store *s = (stream_store *)base;
+    const slot *sl = slot_of(s, layer, expert);
+    if (!sl) return false;
+    if (sl->state == SLOT_READY) return true;
+    io_poll(s->io); /* reap what has landed */
+    for (int r = 0; r < sl->n_req; r++)
+        if (__atomic_load_n(&sl->req[r].state, __ATOMIC_ACQUIRE) != 2) return false;
+    return true; /* its acquire finishes the load (and verifies it) without waiting */
+}
+
 static void stream_free(expert_store *base) {
     stream_store *s = (stream_store *)base;
     if (s->io) io_close(s->io); /* waits for reads still in flight into the pool */
@@ -276,6 +287,7 @@ static const expert_store_ops stream_ops = {
     .release = stream_release,
     .prefetch = stream_prefetch,
     .free = stream_free,
+    .ready = stream_ready,
 };
 
 expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t err_len) {

@@ -1,0 +1,135 @@
+/* A streamed one-token MoE layer runs its experts in sets, as their reads land (models/moe.c
+ * experts_one_sets): the shared expert with the routed ones already there, then after each wait
+ * the ones that landed meanwhile. Whatever the sets, every decode step's logits must equal the
+ * resident run's bit for bit. Which experts have landed depends on the disk, so the test takes
+ * the decision from the store: it replaces the streaming store's `ready` with one that follows a
+ * fixed pattern (never, every other call, every third expert, the real one) and decodes the
+ * fixture's prompt token by token, streamed at the cache's floor, against the resident run.
+ * It also counts the calls, so a MoE path that stops asking (and so never forms sets) fails. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fixtures.h"
+#include "models/model.h"
+#include "sluice.h"
+
+typedef enum { READY_REAL, READY_NEVER, READY_ALTERNATE, READY_THIRD } ready_pattern;
+
+static ready_pattern pattern;
+static long ready_calls;
+static bool (*real_ready)(expert_store *, int, int);
+
+static bool patterned_ready(expert_store *s, int layer, int expert) {
+    const long call = ready_calls++;
+    switch (pattern) {
+    case READY_NEVER: return false;
+    case READY_ALTERNATE: return (call & 1) && real_ready(s, layer, expert);
+    case READY_THIRD: return expert % 3 == 0 && real_ready(s, layer, expert);
+    case READY_REAL: break;
+    }
+    return real_ready(s, layer, expert);
+}
+
+/* the fixture's prompt ids (llama.cpp's tokenization of the golden prompt) */
+static int32_t *read_ids(const char *name, int *n) {
+    char file[256], path[1024];
+    snprintf(file, sizeof file, "%s.prompt.ids", name);
+    if (!fixture_path("golden", file, path, sizeof path)) return NULL;
+    FILE *fp = fopen(path, "r");
+    if (!fp) return NULL;
+    int32_t *ids = malloc(256 * sizeof *ids);
+    int k = 0;
+    while (ids && k < 256 && fscanf(fp, "%d", &ids[k]) == 1) k++;
+    fclose(fp);
+    *n = k;
+    return ids;
+}
+
+/* The floor of the streaming cache, in experts (the plan's floor_slots). */
+static int floor_slots(const char *path, int n_ctx) {
+    sluice_model_params mp = {.mode = SLUICE_MODE_STREAM, .plan_only = true, .n_ctx = n_ctx};
+    sluice_model *m = sluice_model_load(path, &mp);
+    if (!m) return -1;
+    char buf[4096];
+    sluice_model_plan(m, true, buf, sizeof buf);
+    sluice_model_free(m);
+    const char *f = strstr(buf, "\"floor_slots\":");
+    return f ? atoi(f + 14) : -1;
+}
+
+/* Every step's logits of a token-by-token decode of ids[0..n). NULL on failure. With a streaming
+ * store, `ready` follows the pattern. */
+static float *decode_all(const char *path, sluice_mode mode, int cache, ready_pattern pat, const int32_t *ids,
+                         int n, int *n_vocab) {
+    sluice_model_params mp = {.mode = mode, .cache_experts = cache, .n_ctx = n + 1};
+    sluice_model *m = sluice_model_load(path, &mp);
+    CHECKF(m != NULL, "%s: load: %s", path, sluice_last_error());
+    if (!m) return NULL;
+    expert_store_ops ops;
+    if (mode == SLUICE_MODE_STREAM) {
+        CHECKF(m->experts && m->experts->streaming && m->experts->ops->ready, "%s: no streaming store with ready",
+               path);
+        if (!m->experts || !m->experts->ops->ready) {
+            sluice_model_free(m);
+            return NULL;
+        }
+        ops = *m->experts->ops;
+        real_ready = ops.ready;
+        ops.ready = patterned_ready;
+        m->experts->ops = &ops;
+        pattern = pat;
+    }
+    sluice_model_info info;
+    sluice_model_get_info(m, &info);
+    *n_vocab = info.n_vocab;
+    sluice_session_params sp = {.n_ctx = n + 1, .n_threads = 2};
+    sluice_session *s = sluice_session_new(m, &sp);
+    float *lg = malloc((size_t)n * info.n_vocab * sizeof *lg);
+    bool ok = s && lg;
+    for (int i = 0; ok && i < n; i++) ok = sluice_session_eval(s, &ids[i], 1, lg + (size_t)i * info.n_vocab) == 0;
+    CHECKF(ok, "%s: decode: %s", path, sluice_last_error());
+    sluice_session_free(s);
+    sluice_model_free(m);
+    if (!ok) {
+        free(lg);
+        return NULL;
+    }
+    return lg;
+}
+
+static void check_fixture(const char *name) {
+    char file[256], path[1024];
+    snprintf(file, sizeof file, "%s.gguf", name);
+    int n = 0;
+    int32_t *ids = fixture_path("models", file, path, sizeof path) ? read_ids(name, &n) : NULL;
+    if (!ids) {
+        fprintf(stderr, "SKIP: fixture %s not found\n", name);
+        return;
+    }
+    if (n > 24) n = 24; /* a few dozen layers' worth of sets is plenty */
+    const int floor = floor_slots(path, n + 1);
+    CHECKF(floor > 0, "%s: no plan", name);
+    int nv = 0, nv2 = 0;
+    float *ref = decode_all(path, SLUICE_MODE_RESIDENT, 0, READY_REAL, ids, n, &nv);
+    static const char *labels[] = {"real", "never", "alternate", "every third expert"};
+    for (int p = READY_REAL; ref && floor > 0 && p <= READY_THIRD; p++) {
+        ready_calls = 0;
+        float *lg = decode_all(path, SLUICE_MODE_STREAM, floor, (ready_pattern)p, ids, n, &nv2);
+        CHECKF(lg && nv2 == nv && memcmp(lg, ref, (size_t)n * nv * sizeof *lg) == 0,
+               "%s: streamed decode with ready %s differs from resident", name, labels[p]);
+        CHECKF(ready_calls >= n, "%s: ready %s asked %ld times in %d one-token steps", name, labels[p], ready_calls,
+               n);
+        free(lg);
+    }
+    free(ref);
+    free(ids);
+}
+
+int main(void) {
+    check_fixture("qwen35moe-tiny-Q4_K_M"); /* a shared expert: it joins the first set */
+    check_fixture("qwen3moe-tiny-Q4_K_M");
+    check_fixture("qwen4exp-tiny-Q2_0");
+    CHECK_DONE();
+}
