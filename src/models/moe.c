@@ -44,6 +44,8 @@ struct moe_scratch {
     float *w_h;       /* host copy of their weights (route callback) */
     float *x_h;       /* host copy of the layer's input (moe_experts_host) [<= 8][n_embd] */
     int32_t *rows_h;  /* (token * k + slot) entries routed to one expert */
+    int32_t *rows_set; /* experts_batch_sets: the entries of one set's experts [n_batch][k] */
+    uint8_t *done;    /* computed in a set (experts_one_sets, experts_batch_sets), by need index [n_expert] */
     float *look_x;    /* lookahead: normed residual [n_batch][n_embd] (backend memory) */
     float *look_r;    /* lookahead: router logits of a batch ranked on the backend (backend memory) */
     float *look_w;    /* lookahead: their weights (unused; moe_route writes them) */
@@ -88,6 +90,8 @@ void moe_state_release(model_state *st) {
     free(x->w_h);
     free(x->x_h);
     free(x->rows_h);
+    free(x->rows_set);
+    free(x->done);
     free(x->pair_h);
     free(x->look_l);
     free(x->look_h);
@@ -128,6 +132,8 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     /* moe_experts_host's input rows: decode batches only (at most MOE_HOST_MAX_TOKENS) */
     x->x_h = malloc((B < MOE_HOST_MAX_TOKENS ? B : MOE_HOST_MAX_TOKENS) * (size_t)hp->n_embd * sizeof *x->x_h);
     x->rows_h = malloc(B * K * sizeof *x->rows_h);
+    x->rows_set = malloc(B * K * sizeof *x->rows_set);
+    x->done = calloc(X, 1);
     x->pair_h = malloc(look_off(B, K) * 4 + B * (X > K ? X : K) * 4);
     x->look_l = malloc((B < MOE_LOOK_HOST_TOKENS ? B : MOE_LOOK_HOST_TOKENS) * X * sizeof *x->look_l);
     x->look_h = malloc(B * K * sizeof *x->look_h);
@@ -137,7 +143,7 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->shared_apart = getenv("SLUICE_MOE_SHARED_APART") && atoi(getenv("SLUICE_MOE_SHARED_APART")) > 0;
     x->look_in_order = getenv("SLUICE_MOE_LOOK_IN_ORDER") && atoi(getenv("SLUICE_MOE_LOOK_IN_ORDER")) > 0;
     st->moe_extra = x;
-    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->pair_h || !x->look_l || !x->look_h || !x->pred) {
+    if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->rows_set || !x->done || !x->pair_h || !x->look_l || !x->look_h || !x->pred) {
         moe_state_release(st);
         return NULL;
     }
@@ -306,17 +312,44 @@ bool moe_host_free(const sluice_model *m, const model_state *st, const backend *
     return be_has_expert_table(be) && m->experts && m->experts->device_table && !layer_prep(m, 1);
 }
 
-/* A batch's routed experts in one backend call (experts_batch), every expert in memory: each
- * expert's (token * k + slot) entries in token order, grouped by expert in need order. 1: done
- * (the slots hold every routed output), 0: declined (nothing done), -1: error. */
-static int experts_batch(const sluice_model *m, model_state *st, backend *be, int il, const float *x, int n, int k,
-                         struct moe_scratch *xs, int n_need) {
+/* The next set of a layer's experts to compute: those not done whose bytes are there (all of
+ * them with a resident store); when none is, the first not done (its acquire waits for it), or
+ * none at all where the caller has other work to run meanwhile (wait_ok false). Returns the
+ * set's size, its need indices in set[], in need order. */
+static int next_set(expert_store *es, int il, const int32_t *need, int n_need, const uint8_t *done, bool wait_ok,
+                    int *set) {
+    int ns = 0, first = -1;
+    for (int j = 0; j < n_need; j++) {
+        if (done[j]) continue;
+        if (first < 0) first = j;
+        if (expert_ready(es, il, need[j])) set[ns++] = j;
+    }
+    if (ns == 0 && first >= 0 && wait_ok) set[ns++] = first;
+    return ns;
+}
+
+/* A batch's routed experts through the backend's experts_batch (CPU: its threads take whole
+ * experts), in sets of experts whose bytes are there: resident, one call for the layer;
+ * streaming, the experts already read first, then after each wait those that landed meanwhile,
+ * while the reads of the rest go on (after each set, the rest's reads are started again into
+ * the slots the set released). Each expert's (token * k + slot) entries in token order, its
+ * outputs in its own slots: the sets never change the bits. xs->done[j]: need[j] ran. 1: every
+ * expert ran; 0: the backend declined a set (the caller computes the rest expert by expert);
+ * -1: error. */
+static int experts_batch_sets(const sluice_model *m, model_state *st, backend *be, int il, const float *x, int n,
+                              int k, struct moe_scratch *xs, int n_need) {
+    expert_store *es = m->experts;
     const int E = m->hp.n_embd;
     expert_views *ev = malloc(sizeof(expert_views) * (size_t)n_need);
     const tview **v = malloc(sizeof(tview *) * 3 * (size_t)n_need);
     int *offset = calloc((size_t)n_need + 1, sizeof(int)), *at = malloc(sizeof(int) * (size_t)m->hp.n_expert);
-    int rc = 0, acquired = 0;
-    if (!ev || !v || !offset || !at) goto done;
+    int *set = malloc(sizeof(int) * (size_t)n_need), *set_off = malloc(sizeof(int) * ((size_t)n_need + 1));
+    int32_t *pending = malloc(sizeof(int32_t) * (size_t)n_need);
+    int rc = -1, left = n_need;
+    if (!ev || !v || !offset || !at || !set || !set_off || !pending) {
+        sluice_set_error("out of memory for a batch's experts (layer %d)", il);
+        goto done;
+    }
     for (int j = 0; j < n_need; j++) at[xs->need[j]] = j;
     for (int i = 0; i < n * k; i++) offset[at[xs->ids_h[i]] + 1]++;
     for (int j = 0; j < n_need; j++) offset[j + 1] += offset[j];
@@ -325,25 +358,49 @@ static int experts_batch(const sluice_model *m, model_state *st, backend *be, in
         for (int j = 0; j < n_need; j++) fill[xs->need[j]] = offset[j];
         for (int i = 0; i < n * k; i++) xs->rows_h[fill[xs->ids_h[i]]++] = i;
     }
-    for (; acquired < n_need; acquired++) {
-        if (expert_acquire(m->experts, il, xs->need[acquired], &ev[acquired]) != 0) {
-            rc = -1;
-            goto done;
+    rc = 1;
+    while (left > 0) {
+        const int ns = next_set(es, il, xs->need, n_need, xs->done, true, set);
+        int acquired = 0;
+        set_off[0] = 0;
+        for (; acquired < ns; acquired++) {
+            const int j = set[acquired];
+            if (expert_acquire(es, il, xs->need[j], &ev[acquired]) != 0) break;
+            v[acquired] = &ev[acquired].gate;
+            v[ns + acquired] = &ev[acquired].up;
+            v[2 * ns + acquired] = &ev[acquired].down;
+            const int cnt = offset[j + 1] - offset[j];
+            memcpy(xs->rows_set + set_off[acquired], xs->rows_h + offset[j], sizeof(int32_t) * (size_t)cnt);
+            set_off[acquired + 1] = set_off[acquired] + cnt;
         }
-        v[acquired] = &ev[acquired].gate;
-        v[n_need + acquired] = &ev[acquired].up;
-        v[2 * n_need + acquired] = &ev[acquired].down;
+        const bool ran = acquired == ns && be->ops->experts_batch(be, ns, v, v + ns, v + 2 * ns, x, E, k, xs->rows_set,
+                                                                  set_off, st->moe_slots);
+        for (int a = 0; a < acquired; a++) expert_release(es, il, xs->need[set[a]]);
+        if (acquired < ns) {
+            rc = -1;
+            break;
+        }
+        if (!ran) {
+            rc = 0;
+            break;
+        }
+        for (int a = 0; a < ns; a++) xs->done[set[a]] = 1;
+        left -= ns;
+        if (left > 0 && es->streaming) { /* the rest's reads, into the slots this set released */
+            int np = 0;
+            for (int j = 0; j < n_need; j++)
+                if (!xs->done[j]) pending[np++] = xs->need[j];
+            expert_prefetch(es, il, pending, np, true);
+        }
     }
-    rc = be->ops->experts_batch(be, n_need, v, v + n_need, v + 2 * n_need, x, E, k, xs->rows_h, offset,
-                                st->moe_slots)
-             ? 1
-             : 0;
 done:
-    for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
     free(ev);
     free(v);
     free(offset);
     free(at);
+    free(set);
+    free(set_off);
+    free(pending);
     return rc;
 }
 
@@ -358,7 +415,7 @@ done:
  * done[j] / *shared_done: what ran. 1: everything ran; 0: the backend declined a set (the
  * caller computes the rest expert by expert); -1: error. */
 static int experts_one_sets(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
-                            const int32_t *need, int n_need, const layer_weights *Ls, bool *done,
+                            const int32_t *need, int n_need, const layer_weights *Ls, uint8_t *done,
                             bool *shared_done) {
     expert_store *es = m->experts;
     const int E = m->hp.n_embd;
@@ -367,14 +424,9 @@ static int experts_one_sets(const sluice_model *m, model_state *st, backend *be,
         const tview *gv[MOE_ONE_MAX], *uv[MOE_ONE_MAX], *dv[MOE_ONE_MAX];
         expert_views ev[MOE_ONE_MAX];
         float *ov[MOE_ONE_MAX];
-        int set[MOE_ONE_MAX], ns = 0, first = -1;
-        for (int j = 0; j < n_need; j++) {
-            if (done[j]) continue;
-            if (first < 0) first = j;
-            if (expert_ready(es, il, need[j])) set[ns++] = j;
-        }
-        /* nothing landed and no shared expert to run meanwhile: wait for the first missing */
-        if (ns == 0 && first >= 0 && (!Ls || *shared_done)) set[ns++] = first;
+        int set[MOE_ONE_MAX];
+        /* while the shared expert is still to run, it runs alone rather than wait */
+        const int ns = next_set(es, il, need, n_need, done, !Ls || *shared_done, set);
         int acquired = 0;
         for (; acquired < ns; acquired++) {
             const int j = set[acquired];
@@ -393,7 +445,7 @@ static int experts_one_sets(const sluice_model *m, model_state *st, backend *be,
         for (int a = 0; a < acquired; a++) expert_release(es, il, need[set[a]]);
         if (!ok) return -1;
         if (!ran) return 0;
-        for (int a = 0; a < ns; a++) done[set[a]] = true;
+        for (int a = 0; a < ns; a++) done[set[a]] = 1;
         left -= ns;
         if (with_shared) *shared_done = true;
     }
@@ -544,9 +596,9 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* One token, a backend that runs host-reached experts together (CPU): the routed experts
      * and the shared one in sets (two dispatches a set instead of two an expert). */
     bool one = false, shared_done = false;
-    bool done[MOE_ONE_MAX] = {false};
+    memset(xs->done, 0, (size_t)n_need);
     if (!table && n == 1 && be->ops->experts_one && n_need + 1 <= MOE_ONE_MAX) {
-        const int rc = experts_one_sets(m, st, be, il, x, xs->need, n_need, shared ? L : NULL, done, &shared_done);
+        const int rc = experts_one_sets(m, st, be, il, x, xs->need, n_need, shared ? L : NULL, xs->done, &shared_done);
         if (rc < 0) return -1;
         one = rc == 1;
     }
@@ -599,14 +651,14 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         for (int j = 0; j < acquired; j++) expert_release(m->experts, il, xs->need[j]);
         if (rc != 0) return -1;
     } else {
-        /* a batch with every expert in memory: in one backend call where the backend offers it
-         * (CPU: its threads take whole experts); else, and when streaming (each expert's reads
-         * overlap the products of the ones already there), expert by expert */
+        /* a batch: in sets through one backend call a set where the backend offers it (CPU:
+         * its threads take whole experts; streaming, the sets follow the reads); else expert
+         * by expert, each expert's reads overlapping the products of the ones already there */
         int batch = 0;
-        if (n > 1 && !m->experts->streaming && be->ops->experts_batch) batch = experts_batch(m, st, be, il, x, n, k, xs, n_need);
+        if (n > 1 && be->ops->experts_batch) batch = experts_batch_sets(m, st, be, il, x, n, k, xs, n_need);
         if (batch < 0) return -1;
         for (int j = 0; j < n_need && !batch; j++) {
-            if (j < MOE_ONE_MAX && done[j]) continue; /* computed in a set (experts_one_sets) */
+            if (xs->done[j]) continue; /* computed in a set (experts_one_sets, experts_batch_sets) */
             const int e = xs->need[j];
             int m_rows = 0; /* (token * k + slot) entries routed to e, in token order */
             for (int i = 0; i < n * k; i++)
