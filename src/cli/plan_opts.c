@@ -17,7 +17,7 @@ int cli_add_plan_opts(cli_opt *opts, int n, int cap, cli_plan_opts *po) {
         {"--cache", NULL, OPT_STR, &po->cache, "SIZE|Nx", "expert cache size: bytes with a unit (6G) or N experts (500x); implies --stream"},
         {"--mem-budget", NULL, OPT_SIZE, &po->mem_budget, "SIZE", "memory the process may use (default: measured from the cgroup and MemAvailable)"},
         {"--io", NULL, OPT_STR, &po->io, "direct|page", "expert reads with direct I/O (default) or through the page cache"},
-        {"--io-depth", NULL, OPT_INT, &po->io_depth, "N", "expert reads in flight (default 64)"},
+        {"--io-depth", NULL, OPT_INT, &po->io_depth, "N", "expert reads in flight (default: two layers' reads of every expert, 64 to 1024)"},
         {"--no-prefetch", NULL, OPT_FLAG, &po->no_prefetch, NULL, "no router-lookahead prefetch of the next layer's experts"},
         {"--verify-reads", NULL, OPT_FLAG, &po->verify_reads, NULL, "check each expert record's CRC-32 as it is read (stores only)"},
         {"--gpu", NULL, OPT_FLAG, &po->gpu, NULL, "compute on the GPU (same as --backend cuda)"},

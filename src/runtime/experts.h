@@ -68,12 +68,20 @@ typedef struct stream_params {
     const expert_layout *layout; /* must outlive the store */
     uint64_t cache_bytes;        /* slot pool size (a hard ceiling) */
     int io_mode;                 /* enum io_mode */
-    int io_depth;
+    int io_depth;                /* reads in flight; 0: expert_io_depth */
     bool verify_reads;           /* CRC-check each record read (expert-major stores) */
 } stream_params;
 
 /* Bytes of one cache slot for this layout (the largest expert plus alignment slack). */
 uint64_t expert_slot_bytes(const expert_layout *layout);
+
+/* Reads in flight when stream_params.io_depth is 0: a prefill layer's reads when it touches every
+ * expert, and the next layer's lookahead (2 * EXPERT_PARTS * n_expert), 64 to 1024. With 64, a
+ * 512-token prefill of the 35B-A3B shape (~700 reads a layer) blocked in io_submit until all
+ * but 64 of the lookahead's reads had completed, so the reads ran before the layer's products
+ * instead of beside them: pp512 at a 12 GB cache 62 -> 67 t/s, CPU busy 122-132% -> 145-146%
+ * (bench/results/2026-12-03-stream-expert-sets.md). */
+int expert_io_depth(int n_expert);
 
 /* Experts read from storage into a slot pool of cache_bytes. NULL with err on failure. */
 expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t err_len);

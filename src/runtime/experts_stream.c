@@ -71,6 +71,11 @@ static slot *slot_of(stream_store *s, int layer, int expert) {
     return i < 0 ? NULL : &s->slots[i];
 }
 
+int expert_io_depth(int n_expert) {
+    const int layers = 2 * EXPERT_PARTS * n_expert;
+    return layers < 64 ? 64 : layers > 1024 ? 1024 : layers;
+}
+
 /* Start the reads that fill slot i with (layer, expert). */
 static int start_load(stream_store *s, int i, int layer, int expert) {
     slot *sl = &s->slots[i];
@@ -336,7 +341,7 @@ expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t 
         if (l->layers[i].present) k += l->n_expert;
     }
     char ioerr[256];
-    s->io = io_open(p->path, (io_mode)p->io_mode, p->io_depth > 0 ? p->io_depth : 64, ioerr,
+    s->io = io_open(p->path, (io_mode)p->io_mode, p->io_depth > 0 ? p->io_depth : expert_io_depth(l->n_expert), ioerr,
                     sizeof ioerr);
     if (!s->io) {
         snprintf(err, err_len, "%s", ioerr);
