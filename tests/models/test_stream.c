@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "fixtures.h"
+#include "stream_fixture.h"
 #include "formats/store.h"
 #include "sluice.h"
 
@@ -27,21 +28,6 @@ static const char *fixtures[] = {
     "qwen35moe-tiny-IQ4_XS", "qwen35moe-tiny-MIX",   "qwen4exp-tiny-F32",   "qwen4exp-tiny-Q4_K_M",
     "qwen4exp-tiny-Q2_0",
 };
-
-/* prompt ids of the fixture (llama.cpp's tokenization of the golden prompt) */
-static int32_t *read_ids(const char *name, int *n) {
-    char file[256], path[1024];
-    snprintf(file, sizeof file, "%s.prompt.ids", name);
-    if (!fixture_path("golden", file, path, sizeof path)) return NULL;
-    FILE *fp = fopen(path, "r");
-    if (!fp) return NULL;
-    int32_t *ids = malloc(4096 * sizeof *ids);
-    int k = 0;
-    while (k < 4096 && fscanf(fp, "%d", &ids[k]) == 1) k++;
-    fclose(fp);
-    *n = k;
-    return ids;
-}
 
 typedef struct cfg {
     sluice_mode mode;
@@ -82,18 +68,6 @@ static float *eval(const char *path, const cfg *c, const int32_t *ids, int n, si
     sluice_session_free(s);
     sluice_model_free(m);
     return lg;
-}
-
-static int floor_of(const char *path, int n) {
-    sluice_model_params mp = {.mode = SLUICE_MODE_STREAM, .plan_only = true, .n_ctx = n};
-    sluice_model *m = sluice_model_load(path, &mp);
-    if (!m) return -1;
-    char buf[4096];
-    sluice_model_plan(m, true, buf, sizeof buf);
-    sluice_model_free(m);
-    const char *f = strstr(buf, "\"floor_slots\":");
-    const char *t = strstr(buf, "\"target_slots\":");
-    return f && t ? atoi(f + 14) * 1000 + atoi(t + 15) : -1; /* floor * 1000 + target */
 }
 
 static void flip_byte(const char *src, const char *dst, long offset) {
@@ -137,12 +111,12 @@ static void test_fixture(const char *name, const char *tmpdir) {
     snprintf(file, sizeof file, "%s.gguf", name);
     if (!fixture_path("models", file, path, sizeof path)) return;
     int n = 0;
-    int32_t *ids = read_ids(name, &n);
+    int32_t *ids = fixture_prompt_ids(name, 4096, &n);
     if (!ids) return;
-    int ft = floor_of(path, n);
-    CHECKF(ft > 0, "%s: no plan", name);
-    if (ft <= 0) return;
-    int floor = ft / 1000, target = ft % 1000;
+    int floor = 0, target = 0;
+    const bool planned = stream_plan_slots(path, n, &floor, &target);
+    CHECKF(planned, "%s: no plan", name);
+    if (!planned) return;
     size_t len = 0, len2 = 0;
     cfg base = {SLUICE_MODE_RESIDENT, 0, false, false, SLUICE_IO_DIRECT, 2, "resident"};
     char mode[16];

@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "fixtures.h"
+#include "stream_fixture.h"
 #include "models/model.h"
 #include "sluice.h"
 
@@ -32,33 +33,6 @@ static bool patterned_ready(expert_store *s, int layer, int expert) {
     case READY_REAL: break;
     }
     return real_ready(s, layer, expert);
-}
-
-/* the fixture's prompt ids (llama.cpp's tokenization of the golden prompt) */
-static int32_t *read_ids(const char *name, int *n) {
-    char file[256], path[1024];
-    snprintf(file, sizeof file, "%s.prompt.ids", name);
-    if (!fixture_path("golden", file, path, sizeof path)) return NULL;
-    FILE *fp = fopen(path, "r");
-    if (!fp) return NULL;
-    int32_t *ids = malloc(256 * sizeof *ids);
-    int k = 0;
-    while (ids && k < 256 && fscanf(fp, "%d", &ids[k]) == 1) k++;
-    fclose(fp);
-    *n = k;
-    return ids;
-}
-
-/* The floor of the streaming cache, in experts (the plan's floor_slots). */
-static int floor_slots(const char *path, int n_ctx) {
-    sluice_model_params mp = {.mode = SLUICE_MODE_STREAM, .plan_only = true, .n_ctx = n_ctx};
-    sluice_model *m = sluice_model_load(path, &mp);
-    if (!m) return -1;
-    char buf[4096];
-    sluice_model_plan(m, true, buf, sizeof buf);
-    sluice_model_free(m);
-    const char *f = strstr(buf, "\"floor_slots\":");
-    return f ? atoi(f + 14) : -1;
 }
 
 /* The logits of every position of ids[0..n): the first half as one batch, then token by token.
@@ -106,14 +80,14 @@ static void check_fixture(const char *name) {
     char file[256], path[1024];
     snprintf(file, sizeof file, "%s.gguf", name);
     int n = 0;
-    int32_t *ids = fixture_path("models", file, path, sizeof path) ? read_ids(name, &n) : NULL;
+    int32_t *ids = fixture_path("models", file, path, sizeof path) ? fixture_prompt_ids(name, 256, &n) : NULL;
     if (!ids) {
         fprintf(stderr, "SKIP: fixture %s not found\n", name);
         return;
     }
     if (n > 32) n = 32; /* a 16-token batch and 16 steps: a few hundred layers' worth of sets */
-    const int floor = floor_slots(path, n + 1);
-    CHECKF(floor > 0, "%s: no plan", name);
+    int floor = 0, target = 0;
+    CHECKF(stream_plan_slots(path, n + 1, &floor, &target), "%s: no plan", name);
     int nv = 0, nv2 = 0;
     float *ref = decode_all(path, SLUICE_MODE_RESIDENT, 0, READY_REAL, ids, n, &nv);
     static const char *labels[] = {"real", "never", "alternate", "every third expert"};
