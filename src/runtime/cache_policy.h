@@ -46,4 +46,21 @@ bool cache_policy_prefer_evict(const cache_policy *p, int a, int b);
  * lexicographically below b's (cache_policy_prefer_evict), for choosing many victims at once. */
 void cache_policy_rank(const cache_policy *p, int key, double *score, uint64_t *last);
 
+/* Sweeps. A batch whose demand for a layer covers at least half of its experts (a prefill
+ * chunk; a 16-token batch of a 256-expert top-8 model needs ~100) needs most of every layer's
+ * experts at every pass, so the next use of a cached expert is the next pass over its layer,
+ * whatever its history: the expert needed last is one of the layer that comes last. The ENGINE
+ * order (hot and recent stay) evicts in a pass the layers about to come, the wrong end: a
+ * chunked prompt of a 35B-A3B shape at a 12 GB cache read 76% of the experts' bytes every
+ * chunk (bench/results/2026-12-03-stream-sweep.md). */
+static inline bool cache_sweep_batch(int n_need, int n_expert) { return n_need > 1 && 2 * n_need >= n_expert; }
+
+/* Layers from the one after layer_now until `layer` comes again, 0 .. n_layer - 1: victims in a
+ * sweep go by the largest (layer_now itself: its experts not pinned or protected are done with
+ * for this pass). */
+static inline int cache_sweep_distance(int layer, int layer_now, int n_layer) {
+    const int d = (layer - layer_now - 1) % n_layer;
+    return d < 0 ? d + n_layer : d;
+}
+
 #endif

@@ -3,7 +3,12 @@
  * Slot states: EMPTY, LOADING (reads in flight), READY. A slot is pinned while acquired, and
  * protected while its expert is in the demand set of the layer being computed; neither kind is
  * evicted. Victims are chosen among the rest by decayed hotness, then recency (the engine's
- * policy, shared with the cache simulator: runtime/cache_policy.h).
+ * policy, shared with the cache simulator: runtime/cache_policy.h). In a sweep (a batch whose
+ * layers each need most of their experts: a prefill chunk), every cached expert is needed again
+ * when its layer next comes, so the victims are those of the layer that comes last (the one
+ * just computed, then the one before it, ...), the policy's order only within a layer: where the
+ * policy would evict the layer about to be read, a chunked prompt larger than the cache would
+ * read every expert in every chunk (cache_sweep_distance).
  *
  * All bookkeeping happens on the compute thread; the I/O engine moves bytes asynchronously, so
  * reads for later experts proceed while earlier ones are multiplied. Which slot holds an expert
@@ -47,6 +52,8 @@ typedef struct stream_store {
     int *crc_index;       /* [layer] -> index of the layer's first record CRC, or -1 */
     cache_policy *policy; /* eviction order */
     uint64_t demand_tick;
+    int demand_layer;     /* the layer of the last demand prefetch, -1 before the first */
+    bool sweep;           /* that layer's first demand was a sweep's (cache_sweep_batch) */
 } stream_store;
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -164,15 +171,20 @@ static bool evictable(const stream_store *s, const slot *sl) {
     return sl->state != SLOT_LOADING && sl->pins == 0 && sl->protect_tick != s->demand_tick;
 }
 
-/* A slot to (re)use, or -1 when every slot is busy. */
+/* A slot to (re)use, or -1 when every slot is busy. In a sweep, the slot whose layer comes last
+ * (largest cache_sweep_distance), the policy's order among equals. */
 static int find_victim(stream_store *s) {
-    int best = -1;
+    int best = -1, best_d = 0;
     for (int i = 0; i < s->n_slots; i++) {
         const slot *sl = &s->slots[i];
         if (sl->state == SLOT_EMPTY) return i;
         if (!evictable(s, sl)) continue;
-        if (best < 0 || cache_policy_prefer_evict(s->policy, key_of(s, sl), key_of(s, &s->slots[best])))
+        const int d = s->sweep ? cache_sweep_distance(sl->layer, s->demand_layer, s->base.n_layer) : 0;
+        if (best < 0 || d > best_d ||
+            (d == best_d && cache_policy_prefer_evict(s->policy, key_of(s, sl), key_of(s, &s->slots[best])))) {
             best = i;
+            best_d = d;
+        }
     }
     return best;
 }
@@ -248,7 +260,13 @@ static void stream_release(expert_store *base, int layer, int expert) {
 static void stream_prefetch(expert_store *base, int layer, const int32_t *experts, int n,
                             bool demand) {
     stream_store *s = (stream_store *)base;
-    if (demand) s->demand_tick++;
+    if (demand) {
+        s->demand_tick++;
+        /* a layer's first demand decides (the demands after each set of a batch list only the
+         * experts still to run) */
+        if (layer != s->demand_layer) s->sweep = cache_sweep_batch(n, s->base.n_expert);
+        s->demand_layer = layer;
+    }
     for (int k = 0; k < n; k++) {
         slot *sl = slot_of(s, layer, experts[k]);
         if (sl) {
@@ -307,6 +325,7 @@ expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t 
     s->base.n_expert = l->n_expert;
     s->base.streaming = true;
     s->layout = l;
+    s->demand_layer = -1;
     s->verify = p->verify_reads && l->packed;
     s->slot_bytes = expert_slot_bytes(l);
     s->n_slots = s->slot_bytes ? (int)(p->cache_bytes / s->slot_bytes) : 0;

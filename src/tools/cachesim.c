@@ -33,9 +33,11 @@ int sim_keys_from_trace(const trace *t, int seq, sim_phase phase, sim_keys *out)
     out->n_layer = (int)t->n_layer;
     out->n_expert = (int)t->n_expert;
     out->keys = malloc((t->n_records * t->k + 1) * sizeof *out->keys);
+    out->sweep = malloc(t->n_records * t->k + 1);
     uint8_t *used = calloc(t->n_expert, 1);
-    if (!out->keys || !used) {
+    if (!out->keys || !out->sweep || !used) {
         free(used);
+        sim_keys_free(out);
         return -1;
     }
     for (size_t i = 0; i < t->n_records;) {
@@ -55,7 +57,12 @@ int sim_keys_from_trace(const trace *t, int seq, sim_phase phase, sim_keys *out)
                         out->keys[out->n++] = t->layer[i] * t->n_expert + e;
                     }
                 }
-            for (size_t q = first; q < out->n; q++) used[out->keys[q] % t->n_expert] = 0;
+            /* as the engine decides it: by the pass's distinct experts in this layer */
+            const uint8_t sweep = cache_sweep_batch((int)(out->n - first), (int)t->n_expert);
+            for (size_t q = first; q < out->n; q++) {
+                used[out->keys[q] % t->n_expert] = 0;
+                out->sweep[q] = sweep;
+            }
         }
         i = j;
     }
@@ -65,6 +72,7 @@ int sim_keys_from_trace(const trace *t, int seq, sim_phase phase, sim_keys *out)
 
 void sim_keys_free(sim_keys *k) {
     free(k->keys);
+    free(k->sweep);
     memset(k, 0, sizeof *k);
 }
 
@@ -121,8 +129,35 @@ static void sift_down(pool *p, int i) {
     }
 }
 
-/* One use of key; true on a hit. */
-static bool pool_access(pool *p, int key) {
+/* Remove the key at heap position i. */
+static void pool_remove_at(pool *p, int i) {
+    p->pos[p->heap[i]] = -1;
+    p->n--;
+    if (i == p->n) return;
+    const int moved = p->heap[p->n];
+    p->heap[i] = moved;
+    p->pos[moved] = i;
+    sift_up(p, i);
+    sift_down(p, p->pos[moved]);
+}
+
+/* The victim in a sweep (the engine's find_victim): the key whose layer comes last after
+ * layer_now, the policy's order among equals; a scan, as the order moves with the layer. */
+static int sweep_victim(const pool *p, int layer_now, int n_layer, int n_expert) {
+    int best = 0, best_d = -1;
+    for (int i = 0; i < p->n; i++) {
+        const int d = cache_sweep_distance(p->heap[i] / n_expert, layer_now, n_layer);
+        if (d > best_d || (d == best_d && less(p, i, best))) {
+            best = i;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+/* One use of key; true on a hit. sweep: the use is a sweep's (engine policies only), whose
+ * victim goes by layer (sweep_victim). */
+static bool pool_access(pool *p, int key, bool sweep, int n_layer, int n_expert) {
     if (p->pos[key] >= 0) {
         int i = p->pos[key];
         cache_policy_touch(p->pol, key);
@@ -134,16 +169,7 @@ static bool pool_access(pool *p, int key) {
         cache_policy_touch(p->pol, key); /* the engine still counts the use */
         return false;
     }
-    if (p->n == p->cap) {
-        int victim = p->heap[0];
-        p->pos[victim] = -1;
-        p->n--;
-        if (p->n > 0) {
-            p->heap[0] = p->heap[p->n];
-            p->pos[p->heap[0]] = 0;
-            sift_down(p, 0);
-        }
-    }
+    if (p->n == p->cap) pool_remove_at(p, sweep ? sweep_victim(p, key / n_expert, n_layer, n_expert) : 0);
     cache_policy_touch(p->pol, key);
     p->heap[p->n] = key;
     p->pos[key] = p->n;
@@ -201,6 +227,8 @@ static uint64_t sim_online(sim_policy sp, const sim_keys *k, int cap, double pin
     const size_t nk = n_keys_of(k);
     const bool per_layer = sp == SIM_LRU_LAYER || sp == SIM_ENGINE_LAYER;
     const bool warm = sp == SIM_LRU_WARM || sp == SIM_ENGINE_WARM;
+    /* the engine's expert cache takes a sweep's victims by layer (cache_sweep_distance) */
+    const bool sweeps = sp == SIM_ENGINE || sp == SIM_ENGINE_WARM;
     cache_policy_kind kind = CACHE_POLICY_LRU;
     if (sp == SIM_LFU) kind = CACHE_POLICY_LFU;
     if (sp == SIM_ENGINE || sp == SIM_ENGINE_LAYER || sp == SIM_ENGINE_WARM) kind = CACHE_POLICY_ENGINE;
@@ -232,7 +260,7 @@ static uint64_t sim_online(sim_policy sp, const sim_keys *k, int cap, double pin
         /* preload the cap most used experts, least used first, so the hottest is also the
          * most recent */
         int fill = (size_t)cap < nk ? cap : (int)nk;
-        for (int i = fill - 1; i >= 0; i--) pool_access(&pools[0], order[i]);
+        for (int i = fill - 1; i >= 0; i--) pool_access(&pools[0], order[i], false, k->n_layer, k->n_expert);
     }
     if (ok) {
         for (size_t i = 0; i < k->n; i++) {
@@ -243,7 +271,7 @@ static uint64_t sim_online(sim_policy sp, const sim_keys *k, int cap, double pin
                 continue;
             }
             pool *p = &pools[per_layer ? key / (uint32_t)k->n_expert : 0];
-            hits += pool_access(p, (int)key);
+            hits += pool_access(p, (int)key, sweeps && k->sweep && k->sweep[i], k->n_layer, k->n_expert);
         }
     }
     for (int i = 0; pools && i < n_pools; i++) pool_fini(&pools[i]);

@@ -35,6 +35,7 @@ int sim_policy_is_cold(sim_policy p);
 
 typedef struct sim_keys {
     uint32_t *keys;     /* layer * n_expert + expert, in trace order */
+    uint8_t *sweep;     /* [n] or NULL: the key's pass is a sweep (cache_sweep_batch) */
     size_t n;
     int n_layer, n_expert;
 } sim_keys;

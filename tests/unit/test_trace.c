@@ -115,11 +115,26 @@ static void test_round_trip(void) {
     free(wt);
 }
 
-/* A skewed random access sequence with some locality. */
-static sim_keys make_keys(int L, int E, int K, int tokens) {
+/* A skewed random access sequence with some locality; every sweep_every tokens (0: never) a
+ * prompt chunk's pass: every expert of every layer, in a random order, marked as a sweep. */
+static sim_keys make_keys(int L, int E, int K, int tokens, int sweep_every) {
     sim_keys k = {.n_layer = L, .n_expert = E};
-    k.keys = malloc((size_t)L * K * tokens * sizeof *k.keys);
+    const size_t sweeps = sweep_every ? (size_t)(tokens / sweep_every + 1) : 0;
+    k.keys = malloc(((size_t)L * K * tokens + sweeps * L * E) * sizeof *k.keys);
+    k.sweep = calloc((size_t)L * K * tokens + sweeps * L * E, 1);
     for (int t = 0; t < tokens; t++) {
+        if (sweep_every && t % sweep_every == 0)
+            for (int l = 0; l < L; l++) {
+                const size_t first = k.n;
+                for (int e = 0; e < E; e++) k.keys[k.n++] = (uint32_t)(l * E + e);
+                for (int e = E - 1; e > 0; e--) { /* shuffle the layer's order */
+                    const int j = (int)(rnd() % (uint32_t)(e + 1));
+                    const uint32_t x = k.keys[first + e];
+                    k.keys[first + e] = k.keys[first + j];
+                    k.keys[first + j] = x;
+                }
+                memset(k.sweep + first, 1, (size_t)E);
+            }
         int topic = (t / 50) % 5;
         for (int l = 0; l < L; l++)
             for (int j = 0; j < K; j++) {
@@ -160,7 +175,8 @@ static uint64_t lru_brute(const sim_keys *k, int cap, bool per_layer) {
     return hits;
 }
 
-/* The expert cache's own way: linear scan with cache_policy_prefer_evict. */
+/* The expert cache's own way (experts_stream.c's find_victim): a linear scan with
+ * cache_policy_prefer_evict, in a sweep the largest cache_sweep_distance first. */
 static uint64_t engine_scan(const sim_keys *k, int cap) {
     const int nk = k->n_layer * k->n_expert;
     cache_policy *p = cache_policy_new(CACHE_POLICY_ENGINE, nk, cache_policy_engine_half_life(cap));
@@ -174,9 +190,16 @@ static uint64_t engine_scan(const sim_keys *k, int cap) {
             hits++;
         } else {
             if (used == cap) {
-                int best = 0;
-                for (int s = 1; s < cap; s++)
-                    if (cache_policy_prefer_evict(p, slot[s], slot[best])) best = s;
+                const bool sweep = k->sweep && k->sweep[i];
+                const int now = key / k->n_expert;
+                int best = 0, best_d = sweep ? cache_sweep_distance(slot[0] / k->n_expert, now, k->n_layer) : 0;
+                for (int s = 1; s < cap; s++) {
+                    const int d = sweep ? cache_sweep_distance(slot[s] / k->n_expert, now, k->n_layer) : 0;
+                    if (d > best_d || (d == best_d && cache_policy_prefer_evict(p, slot[s], slot[best]))) {
+                        best = s;
+                        best_d = d;
+                    }
+                }
                 res[slot[best]] = 0;
                 slot[best] = key;
             } else {
@@ -193,8 +216,9 @@ static uint64_t engine_scan(const sim_keys *k, int cap) {
 }
 
 static void test_cachesim(void) {
-    for (int trial = 0; trial < 3; trial++) {
-        sim_keys k = make_keys(4, 32, 3, 400 + 200 * trial);
+    for (int trial = 0; trial < 5; trial++) {
+        /* trials 3 and 4: prompt chunks between the decode tokens */
+        sim_keys k = make_keys(4, 32, 3, 400 + 200 * (trial % 3), trial < 3 ? 0 : 60 + 40 * (trial - 3));
         const int caps[] = {1, 4, 8, 13, 24, 40, 64, 100, 128};
         const int n_cap = (int)(sizeof caps / sizeof caps[0]);
         uint64_t hits[SIM_COUNT * 9];
@@ -224,8 +248,31 @@ static void test_cachesim(void) {
     }
 }
 
+/* Prompt chunks alone (every expert of every layer, pass after pass) at 60% of the experts:
+ * recency evicts the experts about to be used and hits nothing after the first pass; the
+ * engine's sweep victims (the layer that comes last) keep all but about a layer's worth. */
+static void test_cachesim_sweeps(void) {
+    const int L = 4, E = 32, passes = 5, cap = 77;
+    sim_keys k = {.n_layer = L, .n_expert = E};
+    k.keys = malloc((size_t)passes * L * E * sizeof *k.keys);
+    k.sweep = malloc((size_t)passes * L * E);
+    for (int p = 0; p < passes; p++)
+        for (int i = 0; i < L * E; i++) {
+            k.sweep[k.n] = 1;
+            k.keys[k.n++] = (uint32_t)((i / E) * E + (i * 7 + p) % E);
+        }
+    const uint64_t engine = sim_hits(SIM_ENGINE, &k, cap, 0.5), lru = sim_hits(SIM_LRU, &k, cap, 0.5);
+    printf("sweeps at %d of %d slots: engine %llu hits, lru %llu, belady %llu\n", cap, L * E,
+           (unsigned long long)engine, (unsigned long long)lru, (unsigned long long)sim_hits(SIM_BELADY, &k, cap, 0.5));
+    CHECK(lru == 0);
+    CHECKF(engine >= (uint64_t)(passes - 1) * (cap - E), "engine %llu hits", (unsigned long long)engine);
+    CHECK(engine == engine_scan(&k, cap));
+    sim_keys_free(&k);
+}
+
 int main(void) {
     test_round_trip();
     test_cachesim();
+    test_cachesim_sweeps();
     CHECK_DONE();
 }
