@@ -32,12 +32,20 @@ typedef struct slot {
     int state;
     int pins;
     uint64_t protect_tick; /* protected while equal to the store's demand tick */
+    uint64_t hint_tick;    /* listed by the prefetch under way (its victims spare it) */
     bool speculative;      /* loaded by a hint, not yet used */
     bool demand_loaded;    /* loaded by a demand prefetch: its first acquire counts as a miss */
     io_req req[EXPERT_PARTS];
     int n_req;
     const uint8_t *part_data[EXPERT_PARTS];
 } slot;
+
+typedef struct victim { /* an eviction candidate: where it goes in the order (victim_before) */
+    int slot, d;          /* d: cache_sweep_distance in a sweep, else 0 */
+    bool empty;
+    double score;         /* cache_policy_rank */
+    uint64_t last;
+} victim;
 
 typedef struct stream_store {
     expert_store base;
@@ -51,7 +59,8 @@ typedef struct stream_store {
     int32_t *where;       /* [layer][expert] -> slot or -1 */
     int *crc_index;       /* [layer] -> index of the layer's first record CRC, or -1 */
     cache_policy *policy; /* eviction order */
-    uint64_t demand_tick;
+    victim *cand;         /* [n_slots] pick_victims' work space */
+    uint64_t demand_tick, hint_tick;
     int demand_layer;     /* the layer of the last demand prefetch, -1 before the first */
     bool sweep;           /* that layer's first demand was a sweep's (cache_sweep_batch) */
 } stream_store;
@@ -168,25 +177,79 @@ static int key_of(const stream_store *s, const slot *sl) {
 }
 
 static bool evictable(const stream_store *s, const slot *sl) {
-    return sl->state != SLOT_LOADING && sl->pins == 0 && sl->protect_tick != s->demand_tick;
+    return sl->state != SLOT_LOADING && sl->pins == 0 && sl->protect_tick != s->demand_tick &&
+           sl->hint_tick != s->hint_tick;
 }
 
-/* A slot to (re)use, or -1 when every slot is busy. In a sweep, the slot whose layer comes last
- * (largest cache_sweep_distance), the policy's order among equals. */
-static int find_victim(stream_store *s) {
-    int best = -1, best_d = 0;
+/* The eviction order: empty slots, then in a sweep the slot whose layer comes last (largest
+ * cache_sweep_distance), then the policy's order (cache_policy_prefer_evict: lower score, then
+ * used longer ago), then the lower slot index. */
+static bool victim_before(const victim *a, const victim *b) {
+    if (a->empty != b->empty) return a->empty;
+    if (!a->empty) {
+        if (a->d != b->d) return a->d > b->d;
+        if (a->score != b->score) return a->score < b->score;
+        if (a->last != b->last) return a->last < b->last;
+    }
+    return a->slot < b->slot;
+}
+
+/* The m slots to (re)use first, best first, into s->cand; returns how many (fewer when fewer are
+ * evictable). Loading into a victim changes no other slot's place in the order, so these are the
+ * slots that m choices of the best one at a time would take, found in one pass over the slots
+ * (with a bounded heap: the worst of the m kept at its root) instead of m passes: a 512-token
+ * chunk loads ~250 experts a layer, and m scans of 6,000 slots (12 GB of 35B-A3B experts) held
+ * the compute threads for 0.6 s a chunk. */
+static int pick_victims(stream_store *s, int m) {
+    victim *h = s->cand;
+    int n = 0;
+    if (m <= 0) return 0;
     for (int i = 0; i < s->n_slots; i++) {
         const slot *sl = &s->slots[i];
-        if (sl->state == SLOT_EMPTY) return i;
-        if (!evictable(s, sl)) continue;
-        const int d = s->sweep ? cache_sweep_distance(sl->layer, s->demand_layer, s->base.n_layer) : 0;
-        if (best < 0 || d > best_d ||
-            (d == best_d && cache_policy_prefer_evict(s->policy, key_of(s, sl), key_of(s, &s->slots[best])))) {
-            best = i;
-            best_d = d;
+        victim v = {.slot = i, .empty = sl->state == SLOT_EMPTY};
+        if (!v.empty) {
+            if (!evictable(s, sl)) continue;
+            v.d = s->sweep ? cache_sweep_distance(sl->layer, s->demand_layer, s->base.n_layer) : 0;
+            cache_policy_rank(s->policy, key_of(s, sl), &v.score, &v.last);
         }
+        int j;
+        if (n < m) { /* sift up: parents come after (worse) */
+            j = n++;
+            while (j > 0 && victim_before(&h[(j - 1) / 2], &v)) {
+                h[j] = h[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+        } else if (victim_before(&v, &h[0])) { /* replaces the worst kept: sift down */
+            j = 0;
+            for (;;) {
+                int c = 2 * j + 1;
+                if (c >= n) break;
+                if (c + 1 < n && victim_before(&h[c], &h[c + 1])) c++;
+                if (!victim_before(&v, &h[c])) break;
+                h[j] = h[c];
+                j = c;
+            }
+        } else {
+            continue;
+        }
+        h[j] = v;
     }
-    return best;
+    /* heap -> best first: pop the worst to the end */
+    for (int k = n - 1; k > 0; k--) {
+        const victim worst = h[0], v = h[k];
+        int j = 0;
+        for (;;) {
+            int c = 2 * j + 1;
+            if (c >= k) break;
+            if (c + 1 < k && victim_before(&h[c], &h[c + 1])) c++;
+            if (!victim_before(&v, &h[c])) break;
+            h[j] = h[c];
+            j = c;
+        }
+        h[j] = v;
+        h[k] = worst;
+    }
+    return n;
 }
 
 static void evict(stream_store *s, int i) {
@@ -200,12 +263,15 @@ static void evict(stream_store *s, int i) {
     s->base.stats.evictions++;
 }
 
-/* Make room and start loading; -1 when no slot can be freed right now. */
-static int load_into_victim(stream_store *s, int layer, int expert) {
-    int v = find_victim(s);
-    if (v < 0) return -1;
+/* Evict slot v and start loading (layer, expert) into it: v, or -2 when the read fails. */
+static int load_into(stream_store *s, int v, int layer, int expert) {
     evict(s, v);
     return start_load(s, v, layer, expert) == 0 ? v : -2;
+}
+
+/* Make room and start loading; -1 when no slot can be freed right now. */
+static int load_into_victim(stream_store *s, int layer, int expert) {
+    return pick_victims(s, 1) == 1 ? load_into(s, s->cand[0].slot, layer, expert) : -1;
 }
 
 static int stream_acquire(expert_store *base, int layer, int expert, expert_views *out) {
@@ -267,18 +333,30 @@ static void stream_prefetch(expert_store *base, int layer, const int32_t *expert
         if (layer != s->demand_layer) s->sweep = cache_sweep_batch(n, s->base.n_expert);
         s->demand_layer = layer;
     }
+    /* the listed experts already here are spared by this call's victims (a demand's stay
+     * protected until released); then the victims for the rest, in one pass (pick_victims) */
+    s->hint_tick++;
+    int missing = 0;
     for (int k = 0; k < n; k++) {
         slot *sl = slot_of(s, layer, experts[k]);
-        if (sl) {
-            if (demand) sl->protect_tick = s->demand_tick;
+        if (!sl) {
+            missing++;
             continue;
         }
-        int v = load_into_victim(s, layer, experts[k]);
-        if (v < 0) break; /* no room now: acquire will load it when a slot frees up */
+        sl->hint_tick = s->hint_tick;
+        if (demand) sl->protect_tick = s->demand_tick;
+    }
+    const int nv = pick_victims(s, missing);
+    for (int k = 0, used = 0; k < n && used < nv; k++) {
+        if (slot_of(s, layer, experts[k])) continue; /* here already, or listed twice */
+        const int v = load_into(s, s->cand[used++].slot, layer, experts[k]);
+        if (v < 0) break; /* the read failed: acquire reports it */
         s->slots[v].speculative = !demand;
         s->slots[v].demand_loaded = demand;
+        s->slots[v].hint_tick = s->hint_tick;
         if (demand) s->slots[v].protect_tick = s->demand_tick;
     }
+    s->hint_tick++; /* the spared slots are ordinary candidates again */
     io_poll(s->io);
 }
 
@@ -299,6 +377,7 @@ static void stream_free(expert_store *base) {
     if (s->pool) munmap(s->pool, s->slot_bytes * (uint64_t)s->n_slots);
     cache_policy_free(s->policy);
     free(s->slots);
+    free(s->cand);
     free(s->where);
     free(s->crc_index);
     free(s);
@@ -326,6 +405,7 @@ expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t 
     s->base.streaming = true;
     s->layout = l;
     s->demand_layer = -1;
+    s->hint_tick = 1; /* above every slot's 0 */
     s->verify = p->verify_reads && l->packed;
     s->slot_bytes = expert_slot_bytes(l);
     s->n_slots = s->slot_bytes ? (int)(p->cache_bytes / s->slot_bytes) : 0;
@@ -343,11 +423,12 @@ expert_store *expert_store_stream_new(const stream_params *p, char *err, size_t 
      * populate.md) */
     if (s->pool != MAP_FAILED) (void)madvise(s->pool, pool_bytes, MADV_HUGEPAGE);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    s->cand = malloc((size_t)s->n_slots * sizeof *s->cand);
     s->where = malloc((size_t)l->n_layer * l->n_expert * sizeof *s->where);
     s->crc_index = malloc((size_t)l->n_layer * sizeof *s->crc_index);
     s->policy = cache_policy_new(CACHE_POLICY_ENGINE, l->n_layer * l->n_expert,
                                  cache_policy_engine_half_life(s->n_slots));
-    if (s->pool == MAP_FAILED || !s->slots || !s->where || !s->crc_index || !s->policy) {
+    if (s->pool == MAP_FAILED || !s->slots || !s->cand || !s->where || !s->crc_index || !s->policy) {
         if (s->pool == MAP_FAILED) s->pool = NULL;
         snprintf(err, err_len, "cannot allocate an expert cache of %zu bytes", pool_bytes);
         stream_free(&s->base);

@@ -141,7 +141,7 @@ static void pool_remove_at(pool *p, int i) {
     sift_down(p, p->pos[moved]);
 }
 
-/* The victim in a sweep (the engine's find_victim): the key whose layer comes last after
+/* The victim in a sweep (the engine's pick_victims): the key whose layer comes last after
  * layer_now, the policy's order among equals; a scan, as the order moves with the layer. */
 static int sweep_victim(const pool *p, int layer_now, int n_layer, int n_expert) {
     int best = 0, best_d = -1;

@@ -175,7 +175,7 @@ static uint64_t lru_brute(const sim_keys *k, int cap, bool per_layer) {
     return hits;
 }
 
-/* The expert cache's own way (experts_stream.c's find_victim): a linear scan with
+/* The expert cache's own way (experts_stream.c's pick_victims, one at a time): a linear scan with
  * cache_policy_prefer_evict, in a sweep the largest cache_sweep_distance first. */
 static uint64_t engine_scan(const sim_keys *k, int cap) {
     const int nk = k->n_layer * k->n_expert;
