@@ -172,6 +172,13 @@ static int finish_load(stream_store *s, slot *sl) {
     return 0;
 }
 
+/* Whether every read of a loading slot has landed (reaped by io_poll). */
+static bool reads_landed(const slot *sl) {
+    for (int r = 0; r < sl->n_req; r++)
+        if (__atomic_load_n(&sl->req[r].state, __ATOMIC_ACQUIRE) != 2) return false;
+    return true;
+}
+
 static int key_of(const stream_store *s, const slot *sl) {
     return sl->layer * s->base.n_expert + sl->expert;
 }
@@ -204,8 +211,16 @@ static int pick_victims(stream_store *s, int m) {
     victim *h = s->cand;
     int n = 0;
     if (m <= 0) return 0;
+    io_poll(s->io);
     for (int i = 0; i < s->n_slots; i++) {
-        const slot *sl = &s->slots[i];
+        slot *sl = &s->slots[i];
+        /* A slot stays LOADING until an acquire finishes it; one a lookahead filled for an expert
+         * the layer did not use never is, so such slots piled up, never victims: at the floor of
+         * qwen4exp-8l (81 slots) the lookahead found room for 1,368 of the 3,955 experts it
+         * predicted in 64 tokens, and the rest were read at their layer's demand instead of
+         * beside the compute (bench/results/2026-12-03-h200-cpu-stream.md). Finished here once
+         * its reads have landed (a failed one empties the slot; a demand re-reads it). */
+        if (sl->state == SLOT_LOADING && sl->pins == 0 && reads_landed(sl)) (void)finish_load(s, sl);
         victim v = {.slot = i, .empty = sl->state == SLOT_EMPTY};
         if (!v.empty) {
             if (!evictable(s, sl)) continue;
@@ -366,9 +381,7 @@ static bool stream_ready(expert_store *base, int layer, int expert) {
     if (!sl) return false;
     if (sl->state == SLOT_READY) return true;
     io_poll(s->io); /* reap what has landed */
-    for (int r = 0; r < sl->n_req; r++)
-        if (__atomic_load_n(&sl->req[r].state, __ATOMIC_ACQUIRE) != 2) return false;
-    return true; /* its acquire finishes the load (and verifies it) without waiting */
+    return reads_landed(sl); /* its acquire finishes the load (and verifies it) without waiting */
 }
 
 static void stream_free(expert_store *base) {

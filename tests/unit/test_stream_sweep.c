@@ -10,6 +10,11 @@
  *   - decode at a cache of 14 (3 of 16 experts a layer: two hot ones every token, a third that
  *     changes): the policy's order keeps the 12 hot experts, so a token misses only its 6 cold
  *     ones (recency alone would evict the next layer's hot experts, used longest ago);
+ *   - lookahead hints that guess wrong, at a cache of 16 (experts 0 and 1 of every layer each
+ *     token, 12 in all; the next layer hinted with expert 0 and with 14 or 15, never used): the
+ *     wrong hints' slots are the victims, so nothing misses after the first tokens; a slot a hint
+ *     filled stayed LOADING until acquired, i.e. forever for a wrong one, never a victim, so the
+ *     wrong hints took the used experts' slots instead (7 misses a token);
  *   - every acquired view holds its expert's bytes. */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +31,7 @@
 #define NE 16
 #define SLOTS 64
 #define SLOTS_DECODE 14
+#define SLOTS_HINTS 16
 
 static expert_layer_layout layers[NL];
 static expert_layout layout = {.n_layer = NL, .n_expert = NE, .layers = layers};
@@ -134,6 +140,33 @@ int main(void) {
     printf("decode: %.2f misses a token over the last %d tokens\n", (double)misses_late / (tokens / 2), tokens / 2);
     /* the cold experts only, one a layer */
     CHECKF(misses_late <= (uint64_t)NL * (tokens / 2), "decode missed %llu times in %d tokens",
+           (unsigned long long)misses_late, tokens / 2);
+    s->ops->free(s);
+
+    /* hints that guess wrong half the time */
+    sp.cache_bytes = SLOTS_HINTS * expert_slot_bytes(&layout);
+    s = expert_store_stream_new(&sp, err, sizeof err);
+    CHECKF(s != NULL, "%s", err);
+    if (!s) {
+        unlink(path);
+        CHECK_DONE();
+    }
+    misses_late = 0;
+    for (int t = 0; t < tokens; t++) {
+        const uint64_t m0 = s->stats.misses;
+        for (int L = 0; L < NL; L++) {
+            const int32_t need[2] = {0, 1};
+            expert_prefetch(s, L, need, 2, true);
+            if (L + 1 < NL) { /* right, and one of two experts never used */
+                const int32_t hint[2] = {0, NE - 2 + t % 2};
+                expert_prefetch(s, L + 1, hint, 2, false);
+            }
+            for (int j = 0; j < 2; j++) bad |= use(s, L, need[j]) != 0;
+        }
+        if (t >= tokens / 2) misses_late += s->stats.misses - m0;
+    }
+    printf("hints: %.2f misses a token over the last %d tokens\n", (double)misses_late / (tokens / 2), tokens / 2);
+    CHECKF(misses_late == 0, "with wrong hints missed %llu times in %d tokens",
            (unsigned long long)misses_late, tokens / 2);
     CHECK(!bad);
 
