@@ -207,6 +207,21 @@ static bool victim_before(const victim *a, const victim *b) {
  * (with a bounded heap: the worst of the m kept at its root) instead of m passes: a 512-token
  * chunk loads ~250 experts a layer, and m scans of 6,000 slots (12 GB of 35B-A3B experts) held
  * the compute threads for 0.6 s a chunk. */
+/* v into the root of the heap h[0..n) (the worst candidate at the root), sinking it below the
+ * children that come after it. */
+static void victim_sink(victim *h, int n, victim v) {
+    int j = 0;
+    for (;;) {
+        int c = 2 * j + 1;
+        if (c >= n) break;
+        if (c + 1 < n && victim_before(&h[c], &h[c + 1])) c++;
+        if (!victim_before(&v, &h[c])) break;
+        h[j] = h[c];
+        j = c;
+    }
+    h[j] = v;
+}
+
 static int pick_victims(stream_store *s, int m) {
     victim *h = s->cand;
     int n = 0;
@@ -227,41 +242,21 @@ static int pick_victims(stream_store *s, int m) {
             v.d = s->sweep ? cache_sweep_distance(sl->layer, s->demand_layer, s->base.n_layer) : 0;
             cache_policy_rank(s->policy, key_of(s, sl), &v.score, &v.last);
         }
-        int j;
         if (n < m) { /* sift up: parents come after (worse) */
-            j = n++;
+            int j = n++;
             while (j > 0 && victim_before(&h[(j - 1) / 2], &v)) {
                 h[j] = h[(j - 1) / 2];
                 j = (j - 1) / 2;
             }
-        } else if (victim_before(&v, &h[0])) { /* replaces the worst kept: sift down */
-            j = 0;
-            for (;;) {
-                int c = 2 * j + 1;
-                if (c >= n) break;
-                if (c + 1 < n && victim_before(&h[c], &h[c + 1])) c++;
-                if (!victim_before(&v, &h[c])) break;
-                h[j] = h[c];
-                j = c;
-            }
-        } else {
-            continue;
+            h[j] = v;
+        } else if (victim_before(&v, &h[0])) { /* replaces the worst kept */
+            victim_sink(h, n, v);
         }
-        h[j] = v;
     }
     /* heap -> best first: pop the worst to the end */
     for (int k = n - 1; k > 0; k--) {
-        const victim worst = h[0], v = h[k];
-        int j = 0;
-        for (;;) {
-            int c = 2 * j + 1;
-            if (c >= k) break;
-            if (c + 1 < k && victim_before(&h[c], &h[c + 1])) c++;
-            if (!victim_before(&v, &h[c])) break;
-            h[j] = h[c];
-            j = c;
-        }
-        h[j] = v;
+        const victim worst = h[0];
+        victim_sink(h, k, h[k]);
         h[k] = worst;
     }
     return n;

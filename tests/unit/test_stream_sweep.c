@@ -78,6 +78,16 @@ static int use(expert_store *s, int L, int e) {
 
 static uint64_t experts_read(const expert_store *s) { return s->stats.reads / EXPERT_PARTS; }
 
+/* A stream store of `slots` slots over the file at path (page I/O), or NULL (a failed check). */
+static expert_store *store_of(const char *path, int slots) {
+    char err[256];
+    stream_params sp = {.path = path, .layout = &layout, .cache_bytes = (uint64_t)slots * expert_slot_bytes(&layout),
+                        .io_mode = IO_PAGE};
+    expert_store *s = expert_store_stream_new(&sp, err, sizeof err);
+    CHECKF(s != NULL, "%s", err);
+    return s;
+}
+
 int main(void) {
     make_layout();
     char path[] = "/tmp/sluice-sweep-XXXXXX";
@@ -87,15 +97,8 @@ int main(void) {
     CHECK(write(fd, file, file_bytes) == (ssize_t)file_bytes);
     close(fd);
 
-    char err[256];
-    stream_params sp = {.path = path, .layout = &layout, .cache_bytes = SLOTS * expert_slot_bytes(&layout),
-                        .io_mode = IO_PAGE};
-    expert_store *s = expert_store_stream_new(&sp, err, sizeof err);
-    CHECKF(s != NULL, "%s", err);
-    if (!s) {
-        unlink(path);
-        CHECK_DONE();
-    }
+    expert_store *s = store_of(path, SLOTS);
+    if (!s) goto out;
     int32_t all[NE];
     for (int e = 0; e < NE; e++) all[e] = e;
     int bad = 0;
@@ -119,13 +122,8 @@ int main(void) {
 
     s->ops->free(s);
     /* decode: experts 0 and 1 of every layer each token, and one of 2..15 in turn */
-    sp.cache_bytes = SLOTS_DECODE * expert_slot_bytes(&layout);
-    s = expert_store_stream_new(&sp, err, sizeof err);
-    CHECKF(s != NULL, "%s", err);
-    if (!s) {
-        unlink(path);
-        CHECK_DONE();
-    }
+    s = store_of(path, SLOTS_DECODE);
+    if (!s) goto out;
     const int tokens = 64;
     uint64_t misses_late = 0;
     for (int t = 0; t < tokens; t++) {
@@ -144,13 +142,8 @@ int main(void) {
     s->ops->free(s);
 
     /* hints that guess wrong half the time */
-    sp.cache_bytes = SLOTS_HINTS * expert_slot_bytes(&layout);
-    s = expert_store_stream_new(&sp, err, sizeof err);
-    CHECKF(s != NULL, "%s", err);
-    if (!s) {
-        unlink(path);
-        CHECK_DONE();
-    }
+    s = store_of(path, SLOTS_HINTS);
+    if (!s) goto out;
     misses_late = 0;
     for (int t = 0; t < tokens; t++) {
         const uint64_t m0 = s->stats.misses;
@@ -169,8 +162,8 @@ int main(void) {
     CHECKF(misses_late == 0, "with wrong hints missed %llu times in %d tokens",
            (unsigned long long)misses_late, tokens / 2);
     CHECK(!bad);
-
     s->ops->free(s);
+out:
     unlink(path);
     free(file);
     CHECK_DONE();

@@ -8,22 +8,11 @@
 # lib/ (liburing, libjansson, libmicrohttpd, libpcre2). Run from the repository root:
 #   OUT=$OUT bash bench/results/2026-12-03-h200-cpu-stream/run.sh
 set -u
-OUT=${OUT:-/tmp/h200-cpu}; mkdir -p "$OUT"
-C=$PWD/.devcarry/cpu; mkdir -p "$C" && tar xJf .devcarry/cpu.tar.xz -C "$C"
-export LD_LIBRARY_PATH=$C/lib
-W=$PWD/work; mkdir -p "$W"
-P=$PWD/bench/results/2026-11-29-qwen4exp-8l-stream-8g/prompts/long4k.txt
-M=$W/q4x8l-Q2_0.gguf
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "cannot drop the page cache" >&2; }
+. bench/results/2026-12-03-h200-cpu-stream/setup.sh
 { date -u; nproc; lscpu | grep -E "Model name|Socket|NUMA node\(s\)|Thread"; grep -o -w -E "avx512f|avx512_vnni|avx512_bf16|amx_tile" /proc/cpuinfo | sort | uniq -c
   free -g; df -h "$W"; lsblk -o NAME,ROTA,SIZE,MODEL,TYPE; uname -r; cat /sys/kernel/mm/transparent_hugepage/enabled
   "$C/sluice" --version; } > "$OUT/env.txt" 2>&1
-s=$(date +%s.%N)
-tar xJf tests/data/tokenizer-vocab.tar.xz -C "$W" # the synth's vocabulary (ggml-vocab-qwen35.gguf)
-V=$(find "$W" -name ggml-vocab-qwen35.gguf | head -1)
-timeout 240 "$C/sluice" synth --preset qwen4exp-flash-next-8l --type Q2_0 --vocab "$V" -o "$M" -q -t 16 > "$OUT/synth.txt" 2>&1
-echo "synth rc=$? in $(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s" >> "$OUT/synth.txt"
-ls -la "$W" >> "$OUT/synth.txt"
+synth_model
 for t in ${THREADS:-16 8}; do
   for run in 1 2; do
     N=f81-t$t-r$run

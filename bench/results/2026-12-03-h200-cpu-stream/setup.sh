@@ -1,0 +1,19 @@
+# Sourced by run.sh, run_look_two.sh and run_threads.sh from the repository root: the carried
+# binaries unpacked (.devcarry/cpu.tar.xz), the paths, drop() and synth_model.
+OUT=${OUT:-/tmp/h200-cpu}; mkdir -p "$OUT"
+C=$PWD/.devcarry/cpu; mkdir -p "$C" && tar xJf .devcarry/cpu.tar.xz -C "$C"
+export LD_LIBRARY_PATH=$C/lib
+W=$PWD/work; mkdir -p "$W"
+P=$PWD/bench/results/2026-11-29-qwen4exp-8l-stream-8g/prompts/long4k.txt
+M=$W/q4x8l-Q2_0.gguf
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "cannot drop the page cache" >&2; }
+# qwen4exp-8l Q2_0 into $M (its vocabulary from tests/data), timed into $OUT/synth.txt
+synth_model() {
+  tar xJf tests/data/tokenizer-vocab.tar.xz -C "$W"
+  local v s
+  v=$(find "$W" -name ggml-vocab-qwen35.gguf | head -1)
+  s=$(date +%s.%N)
+  timeout 240 "$C/sluice" synth --preset qwen4exp-flash-next-8l --type Q2_0 --vocab "$v" -o "$M" -q -t 16 > "$OUT/synth.txt" 2>&1
+  echo "synth rc=$? in $(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s" >> "$OUT/synth.txt"
+  ls -la "$W" >> "$OUT/synth.txt"
+}
