@@ -201,12 +201,6 @@ static bool victim_before(const victim *a, const victim *b) {
     return a->slot < b->slot;
 }
 
-/* The m slots to (re)use first, best first, into s->cand; returns how many (fewer when fewer are
- * evictable). Loading into a victim changes no other slot's place in the order, so these are the
- * slots that m choices of the best one at a time would take, found in one pass over the slots
- * (with a bounded heap: the worst of the m kept at its root) instead of m passes: a 512-token
- * chunk loads ~250 experts a layer, and m scans of 6,000 slots (12 GB of 35B-A3B experts) held
- * the compute threads for 0.6 s a chunk. */
 /* v into the root of the heap h[0..n) (the worst candidate at the root), sinking it below the
  * children that come after it. */
 static void victim_sink(victim *h, int n, victim v) {
@@ -222,6 +216,12 @@ static void victim_sink(victim *h, int n, victim v) {
     h[j] = v;
 }
 
+/* The m slots to (re)use first, best first, into s->cand; returns how many (fewer when fewer are
+ * evictable). Loading into a victim changes no other slot's place in the order, so these are the
+ * slots that m choices of the best one at a time would take, found in one pass over the slots
+ * (with a bounded heap: the worst of the m kept at its root) instead of m passes: a 512-token
+ * chunk loads ~250 experts a layer, and m scans of 6,000 slots (12 GB of 35B-A3B experts) held
+ * the compute threads for 0.6 s a chunk. */
 static int pick_victims(stream_store *s, int m) {
     victim *h = s->cand;
     int n = 0;
