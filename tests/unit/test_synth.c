@@ -185,6 +185,67 @@ static void test_full_size_header(void) {
     remove(path);
 }
 
+/* Trained weights are centred, and so must a synthetic matrix be: random codes of Q2_0 (d *
+ * {-1, 0, 1, 2}), Q4_0 and IQ4_NL decode off centre, which gave every matrix a rank-one part
+ * (qwen4exp-8l Q2_0: the residual grew ~10^4-fold over 8 layers and every token routed to the
+ * same experts). Every quantized matrix of >= 1024 blocks (token_embd aside: its first block holds
+ * the bias and topic channels) decodes to a mean within 0.08 of its rms: without the mirrored
+ * scales Q2_0's is 0.41; with them, a tensor's block signs leave ~0.5 / sqrt(blocks) (0.016 at
+ * 1024 blocks). The Q2_0 file's greedy tokens then differ over the steps (a repeated token was
+ * the degenerate model's symptom). */
+static void test_centred_weights(void) {
+    static const char *const types[] = {"Q2_0", "Q2_K", "Q2_K_XL", "Q4_K_M"};
+    char err[512];
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/synth-centred-%s.gguf", SLUICE_TEST_WORK, types[i]);
+        CHECKF(synth("qwen4exp-tiny", types[i], path, 3, 2, 0, false, err, sizeof err) == 0, "%s", err);
+        char gerr[256];
+        gguf_file *g = gguf_open(path, gerr, sizeof gerr);
+        CHECKF(g != NULL, "%s: %s", path, gerr);
+        int checked = 0;
+        for (uint64_t ti = 0; g && ti < g->n_tensors; ti++) {
+            const gguf_tensor *t = &g->tensors[ti];
+            const quant_traits *qt = quant_traits_of(t->type);
+            const int64_t n = gguf_tensor_nelements(t);
+            if (!qt->is_quantized || !qt->dequantize || n / qt->block_elems < 1024 ||
+                strcmp(t->name, "token_embd.weight") == 0)
+                continue;
+            float *v = malloc((size_t)n * sizeof *v);
+            CHECK(v != NULL);
+            if (!v) continue;
+            qt->dequantize(t->data, v, n);
+            double s1 = 0, s2 = 0;
+            for (int64_t j = 0; j < n; j++) s1 += v[j], s2 += (double)v[j] * v[j];
+            const double mean = s1 / (double)n, rms = sqrt(s2 / (double)n);
+            CHECKF(rms > 0 && fabs(mean) < 0.08 * rms, "%s %s (%s): mean %.4g, rms %.4g", types[i], t->name,
+                   qt->name, mean, rms);
+            checked++;
+            free(v);
+        }
+        CHECKF(checked >= 4, "%s: only %d matrices checked", types[i], checked);
+        gguf_close(g);
+        if (strcmp(types[i], "Q2_0") == 0) { /* the greedy tokens of 8 steps are not all one token */
+            sluice_model *m = sluice_model_load(path, NULL);
+            CHECKF(m != NULL, "%s", sluice_last_error());
+            sluice_session_params sp = {.n_ctx = 64, .n_threads = 2};
+            sluice_session *s = m ? sluice_session_new(m, &sp) : NULL;
+            int32_t tok = 5, first = -1;
+            bool varied = false;
+            for (int step = 0; s && step < 8; step++) {
+                CHECK(sluice_session_eval(s, &tok, 1, NULL) == 0);
+                tok = sluice_session_argmax(s);
+                if (first < 0) first = tok;
+                varied |= tok != first;
+            }
+            CHECKF(varied, "Q2_0: every greedy step gave token %d", first);
+            sluice_session_free(s);
+            sluice_model_free(m);
+        }
+        remove(path);
+    }
+}
+
 static void test_bad_inputs(void) {
     char err[512];
     err[0] = 0;
@@ -206,6 +267,7 @@ int main(void) {
     test_bad_inputs();
     test_determinism();
     test_presets_run();
+    test_centred_weights();
     test_full_size_header();
     CHECK_DONE();
 }
