@@ -173,15 +173,15 @@ static bool lookahead_ready(const sluice_model *m, backend *be, int il, struct m
     return x->look_x && x->look_r && x->look_w && x->look_pair; /* else no lookahead: timing only */
 }
 
-/* after lookahead_ready: the next layer's norm and router product, and the routing of a batch
- * the host does not rank; the result at look_off in look_pair */
-static void lookahead_queue(const sluice_model *m, model_state *st, backend *be, int il, int n,
+/* after lookahead_ready: the next layer's norm and router product on the residual h, and the
+ * routing of a batch the host does not rank; the result at look_off in look_pair */
+static void lookahead_queue(const sluice_model *m, backend *be, int il, const float *h, int n,
                             struct moe_scratch *x) {
     const hparams *hp = &m->hp;
     const layer_weights *N = &m->layers[il + 1];
     const int k = hp->n_expert_used;
     int32_t *result = x->look_pair + look_off((size_t)n, (size_t)k);
-    be_rmsnorm(be, st->x, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
+    be_rmsnorm(be, h, &N->ffn_norm, n, hp->n_embd, hp->rms_eps, x->look_x);
     if (look_host_ranks((size_t)n)) {
         be_matmul(be, &N->ffn_gate_inp, x->look_x, n, (float *)result);
     } else {
@@ -297,6 +297,16 @@ static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scr
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
 }
 
+/* The lookahead of a layer whose routing the host ranks or reads back on its own (no device
+ * table, or a table without look_early): queue, read back, rank and issue in one go. */
+static void lookahead_now(const sluice_model *m, backend *be, int il, const float *h, int n, struct moe_scratch *x) {
+    const size_t k = (size_t)m->hp.n_expert_used, off = look_off((size_t)n, k);
+    lookahead_queue(m, be, il, h, n, x);
+    be_download(be, x->pair_h, x->look_pair + off, look_pair_bytes((size_t)n, k, m->hp.n_expert) - off * 4);
+    lookahead_result(m, n, x, x->pair_h);
+    lookahead_issue(m, il, n, x);
+}
+
 /* A batch of more tokens than this multiplies most of a layer's experts: a streaming device
  * cache then fills its slots layer by layer (copy path) even when decode reads misses in place. */
 #define MOE_PREP_MIN_TOKENS 8
@@ -312,18 +322,32 @@ bool moe_host_free(const sluice_model *m, const model_state *st, const backend *
     return be_has_expert_table(be) && m->experts && m->experts->device_table && !layer_prep(m, 1);
 }
 
+void moe_lookahead_start(const sluice_model *m, model_state *st, backend *be, const float *h, int n) {
+    const expert_store *es = m->experts;
+    /* host-reached experts (CPU) only: a device table's first layer was not measured with it */
+    if (!es || !es->streaming || m->params.no_prefetch || !look_host_ranks((size_t)n) ||
+        (be_has_expert_table(be) && es->device_table))
+        return;
+    int first = 0;
+    while (first < m->hp.n_layer && !m->layers[first].ffn_gate_inp.data) first++;
+    struct moe_scratch *xs = scratch_of(m, st);
+    if (xs && lookahead_ready(m, be, first - 1, xs)) lookahead_now(m, be, first - 1, h, n, xs);
+}
+
 /* The next set of a layer's experts to compute: those not done whose bytes are there (all of
  * them with a resident store); when none is, the first not done (its acquire waits for it), or
  * none at all where the caller has other work to run meanwhile (wait_ok false). Returns the
  * set's size, its need indices in set[], in need order. */
 static int next_set(expert_store *es, int il, const int32_t *need, int n_need, const uint8_t *done, bool wait_ok,
-                    int *set) {
-    int ns = 0, first = -1;
+                    int *set, bool *all_ready) {
+    int ns = 0, first = -1, left = 0;
     for (int j = 0; j < n_need; j++) {
         if (done[j]) continue;
         if (first < 0) first = j;
+        left++;
         if (expert_ready(es, il, need[j])) set[ns++] = j;
     }
+    if (all_ready) *all_ready = ns == left;
     if (ns == 0 && first >= 0 && wait_ok) set[ns++] = first;
     return ns;
 }
@@ -360,7 +384,7 @@ static int experts_batch_sets(const sluice_model *m, model_state *st, backend *b
     }
     rc = 1;
     while (left > 0) {
-        const int ns = next_set(es, il, xs->need, n_need, xs->done, true, set);
+        const int ns = next_set(es, il, xs->need, n_need, xs->done, true, set, NULL);
         int acquired = 0;
         set_off[0] = 0;
         for (; acquired < ns; acquired++) {
@@ -416,7 +440,7 @@ done:
  * caller computes the rest expert by expert); -1: error. */
 static int experts_one_sets(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                             const int32_t *need, int n_need, const layer_weights *Ls, uint8_t *done,
-                            bool *shared_done) {
+                            bool *shared_done, bool *look_pending) {
     expert_store *es = m->experts;
     const int E = m->hp.n_embd;
     int left = n_need;
@@ -425,8 +449,13 @@ static int experts_one_sets(const sluice_model *m, model_state *st, backend *be,
         expert_views ev[MOE_ONE_MAX];
         float *ov[MOE_ONE_MAX];
         int set[MOE_ONE_MAX];
+        bool all_ready;
         /* while the shared expert is still to run, it runs alone rather than wait */
-        const int ns = next_set(es, il, need, n_need, done, !Ls || *shared_done, set);
+        const int ns = next_set(es, il, need, n_need, done, !Ls || *shared_done, set, &all_ready);
+        if (*look_pending && all_ready) { /* the layer's reads have landed: the next layer's may start */
+            lookahead_now(m, be, il, st->x, 1, st->moe_extra);
+            *look_pending = false;
+        }
         int acquired = 0;
         for (; acquired < ns; acquired++) {
             const int j = set[acquired];
@@ -489,7 +518,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* every expert resident on the device: its table entries are final now, so the device may
      * start fetching the routed experts' weights while the shared expert runs */
     if (table && !m->experts->streaming) be_moe_prefetch(be, il, ids, n, k);
-    if (look_early && !look_fold) lookahead_queue(m, st, be, il, n, xs);
+    if (look_early && !look_fold) lookahead_queue(m, be, il, st->x, n, xs);
 
     /* The expert table (device backends) needs the routing on the host only to prepare a
      * streaming cache layer by layer; the CPU path always does. Without the host in the layer,
@@ -506,6 +535,13 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
                            be->ops->moe_experts_shared;
     /* set below: the lookahead waits until the layer's experts are launched (look_late) */
     bool look_late = false;
+    /* One token, a backend that runs host-reached experts together (CPU): the routed experts
+     * and the shared one in sets (experts_one_sets). There the lookahead waits until the layer's
+     * own reads have landed (look_pending): issued at once, its reads shared the disk with the
+     * demand's, and the layer waited for them about twice as long (a floor run of 2026-12-03:
+     * read wait 0.94-1.11 -> 0.34-0.56 s over 64 tokens with the lookahead after the experts). */
+    const bool sets_one = !table && n == 1 && be->ops->experts_one;
+    bool look_pending = false;
     int n_need = 0;
     const bool timed = xs->timing && prep && n <= MOE_HOST_MAX_TOKENS;
     const double t0 = timed ? moe_now() : 0;
@@ -565,11 +601,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             if (look_early) {
                 if (!look_late) lookahead_issue(m, il, n, xs);
             } else if (look && lookahead_ready(m, be, il, xs)) {
-                lookahead_queue(m, st, be, il, n, xs);
-                const size_t off = look_off((size_t)n, (size_t)k);
-                be_download(be, xs->pair_h, xs->look_pair + off, look_pair_bytes((size_t)n, (size_t)k, hp->n_expert) - off * 4);
-                lookahead_result(m, n, xs, xs->pair_h);
-                lookahead_issue(m, il, n, xs);
+                if (sets_one) look_pending = true;
+                else lookahead_now(m, be, il, st->x, n, xs);
             }
         }
         if (timed) {
@@ -593,15 +626,16 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (rc < 0) return -1;
         merged = rc == 0;
     }
-    /* One token, a backend that runs host-reached experts together (CPU): the routed experts
-     * and the shared one in sets (two dispatches a set instead of two an expert). */
+    /* two dispatches a set instead of two an expert */
     bool one = false, shared_done = false;
     memset(xs->done, 0, (size_t)n_need);
-    if (!table && n == 1 && be->ops->experts_one && n_need + 1 <= MOE_ONE_MAX) {
-        const int rc = experts_one_sets(m, st, be, il, x, xs->need, n_need, shared ? L : NULL, xs->done, &shared_done);
+    if (sets_one && n_need + 1 <= MOE_ONE_MAX) {
+        const int rc = experts_one_sets(m, st, be, il, x, xs->need, n_need, shared ? L : NULL, xs->done, &shared_done,
+                                        &look_pending);
         if (rc < 0) return -1;
         one = rc == 1;
     }
+    if (look_pending) lookahead_now(m, be, il, st->x, n, xs); /* the sets declined, or every read had landed */
     if (shared && !merged && !one && !shared_in && !shared_done) {
         be_matmul_swiglu(be, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, st->ff_a);
         be_matmul(be, &L->ffn_down_shexp, st->ff_a, n, st->shexp_out);

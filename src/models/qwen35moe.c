@@ -388,6 +388,7 @@ static int hybrid_forward(const sluice_model *m, model_state *st, backend *be,
     be_set_inputs(be, tokens, n, pos0, &ids, &st->pos);
     st->pos0 = pos0;
     be_embed(be, &m->tok_embd, ids, n, st->x);
+    moe_lookahead_start(m, st, be, st->x, n);
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         /* the MoE layer before normed this layer's input already (its tail, fused) */

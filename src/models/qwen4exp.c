@@ -495,6 +495,7 @@ static int q4x_forward(const sluice_model *m, model_state *st, backend *be,
     if (q->ple_layer >= 0) rows_and_prefetch(m, st, tokens, n);
     /* the wide residual starts as hc copies of the embedding */
     be_embed(be, &m->tok_embd, ids, n, st->cur);
+    moe_lookahead_start(m, st, be, st->cur, n);
     for (int s = 0; s < q->hc; s++)
         be_copy_rows(be, st->x + (size_t)s * E, W, st->cur, E, n, (int)E);
     for (int il = 0; il < hp->n_layer; il++) {

@@ -73,6 +73,13 @@ void model_output_logits(const sluice_model *m, model_state *st, backend *be, co
 int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, const float *x,
                 int n, float *out, float *residual, const tview *next_norm, float *next_out);
 
+/* Router lookahead for the first MoE layer of a pass of n decode tokens, from the pass's
+ * residual h right after the embedding: nothing before that layer predicts its experts, so its
+ * misses were read at its demand (in the qwen4exp-8l floor run 623 of its 640 acquires, a quarter
+ * of the decode's read wait). Applies that layer's norm and router to h and starts the reads, so
+ * they overlap the layers ahead of it (attention, the n-gram module). A streaming store whose
+ * experts the host reaches (CPU); only timing depends on it. */
+void moe_lookahead_start(const sluice_model *m, model_state *st, backend *be, const float *h, int n);
 /* A streaming device store with the router lookahead (copy path): fold each MoE layer's
  * successor's router for that layer's input (layer_weights.ffn_look), so that a decode layer's
  * lookahead costs no launch of its own. Bytes it takes: moe_lookahead_bytes (planned with the
