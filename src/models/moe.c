@@ -25,6 +25,7 @@
 #include "engine/error.h"
 #include "formats/quant.h"
 #include "models/state.h"
+#include "runtime/cache_policy.h"
 #include "runtime/watchdog.h"
 
 /* experts in one backend call (experts_one): the routed ones of a layer and a shared one */
@@ -67,6 +68,12 @@ struct moe_scratch {
                                               * the lookahead's), whole layer */
     bool shared_apart; /* SLUICE_MOE_SHARED_APART (measurement): see shared_in in moe_forward */
     bool look_in_order; /* SLUICE_MOE_LOOK_IN_ORDER (measurement): see look_late in moe_forward */
+    /* a decode token's lookahead, rank by rank (look_rank_wanted): its top-k of the last
+     * prediction in rank order, and per rank the predictions made and those that came true */
+    int32_t look_top[64];
+    int n_look_top;
+    uint64_t rank_seen[64], rank_true[64];
+    double look_precision; /* LOOK_RANK_PRECISION, or SLUICE_MOE_LOOK_PRECISION (measurement) */
 };
 
 static double moe_now(void) {
@@ -142,6 +149,8 @@ static struct moe_scratch *scratch_of(const sluice_model *m, model_state *st) {
     x->timing = getenv("SLUICE_MOE_TIMING") != NULL;
     x->shared_apart = getenv("SLUICE_MOE_SHARED_APART") && atoi(getenv("SLUICE_MOE_SHARED_APART")) > 0;
     x->look_in_order = getenv("SLUICE_MOE_LOOK_IN_ORDER") && atoi(getenv("SLUICE_MOE_LOOK_IN_ORDER")) > 0;
+    x->look_precision = getenv("SLUICE_MOE_LOOK_PRECISION") ? atof(getenv("SLUICE_MOE_LOOK_PRECISION"))
+                                                          : LOOK_RANK_PRECISION;
     st->moe_extra = x;
     if (!x->need || !x->mark || !x->ids_h || !x->w_h || !x->x_h || !x->rows_h || !x->rows_set || !x->done || !x->pair_h || !x->look_l || !x->look_h || !x->pred) {
         moe_state_release(st);
@@ -286,12 +295,19 @@ static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scr
             }
             top[j] = e;
         }
+        /* one token: its ranks are kept for look_rank_wanted, and only the wanted are read */
+        const bool one = n == 1;
+        if (one) {
+            for (int j = 0; j < nt; j++) x->look_top[j] = top[j];
+            x->n_look_top = nt;
+        }
         for (int j = 0; j < nt; j++)
-            if (!x->mark[top[j]]) {
+            if (!x->mark[top[j]] && (!one || look_rank_wanted(x->rank_seen[j], x->rank_true[j], x->look_precision))) {
                 x->mark[top[j]] = 1;
                 x->pred[x->n_pred++] = top[j];
             }
     }
+    if (n != 1) x->n_look_top = 0;
     memset(x->mark, 0, (size_t)X);
     x->pred_layer = next;
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
@@ -582,6 +598,10 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         if (xs->pred_layer == il) { /* how good was the lookahead for this layer? */
             int correct = 0;
             for (int i = 0; i < xs->n_pred; i++) correct += xs->mark[xs->pred[i]];
+            for (int r = 0; r < xs->n_look_top; r++) {
+                xs->rank_seen[r]++;
+                xs->rank_true[r] += xs->mark[xs->look_top[r]];
+            }
             m->experts->stats.prefetch_issued += (uint64_t)xs->n_pred;
             m->experts->stats.prefetch_used += (uint64_t)correct;
             xs->pred_layer = -1;

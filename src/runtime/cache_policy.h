@@ -63,4 +63,20 @@ static inline int cache_sweep_distance(int layer, int layer_now, int n_layer) {
     return d < 0 ? d + n_layer : d;
 }
 
+/* Router lookahead, one prediction rank at a time. A decode token's lookahead ranks the next
+ * layer's experts as its router would; the lower ranks come true less often (qwen4exp-8l floor
+ * run: rank 0 91%, rank 3 69%, rank 9 35%). A wrong guess costs a read and the slot it evicts;
+ * a right one turns a read the layer waits for into one it does not, but the read costs the
+ * same bytes. Where the disk is the bottleneck the wrong guesses' bytes cost more than the right
+ * ones save: on 16 cores (compute ~1/4 of the reads) prefetching ranks 0-2 only decoded 64
+ * tokens in 4.2-4.7 s against 5.3-6.4 s with all ten, and on 2 vCPUs it lost nothing
+ * (bench/results/2026-12-03-synth-centred.md). So a rank is prefetched while the share of its
+ * predictions that came true is at least LOOK_RANK_PRECISION; every rank is, until it has been
+ * seen LOOK_RANK_WARMUP times. Its predictions are counted whether or not they were read. */
+#define LOOK_RANK_PRECISION 0.65
+#define LOOK_RANK_WARMUP 64
+static inline bool look_rank_wanted(uint64_t seen, uint64_t came_true, double min_precision) {
+    return seen < LOOK_RANK_WARMUP || (double)came_true >= min_precision * (double)seen;
+}
+
 #endif

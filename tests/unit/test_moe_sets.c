@@ -17,6 +17,7 @@
 #include "fixtures.h"
 #include "stream_fixture.h"
 #include "models/model.h"
+#include "runtime/cache_policy.h"
 #include "sluice.h"
 
 typedef enum { READY_REAL, READY_NEVER, READY_ALTERNATE, READY_THIRD } ready_pattern;
@@ -184,7 +185,20 @@ static void check_fixture(const char *name) {
     free(ids);
 }
 
+/* The lookahead's rank rule (look_rank_wanted): every rank is read while it has been seen fewer
+ * than LOOK_RANK_WARMUP times, then only while at least LOOK_RANK_PRECISION of its predictions
+ * came true; a threshold of 0 reads every rank. */
+static void check_rank_rule(void) {
+    const uint64_t w = LOOK_RANK_WARMUP;
+    CHECK(look_rank_wanted(0, 0, LOOK_RANK_PRECISION) && look_rank_wanted(w - 1, 0, LOOK_RANK_PRECISION));
+    CHECK(!look_rank_wanted(w, 0, LOOK_RANK_PRECISION));
+    CHECK(!look_rank_wanted(1000, 640, 0.65) && look_rank_wanted(1000, 650, 0.65) && look_rank_wanted(1000, 1000, 0.65));
+    CHECK(look_rank_wanted(1000, 0, 0.0));
+    CHECK(LOOK_RANK_PRECISION > 0.5 && LOOK_RANK_PRECISION < 0.8);
+}
+
 int main(void) {
+    check_rank_rule();
     check_fixture("qwen35moe-tiny-Q4_K_M"); /* a shared expert: it joins the first set */
     check_fixture("qwen3moe-tiny-Q4_K_M");
     check_fixture("qwen4exp-tiny-Q2_0");
