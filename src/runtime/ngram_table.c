@@ -76,8 +76,16 @@ static uint64_t index_size(int cache_rows) {
     return n;
 }
 
+/* Reads in flight by default. A decode step of qwen4exp prefetches the rows of its next-token
+ * candidates (4 tokens x 16 rows) at its end and the real token's 16 at the next step's start;
+ * with 64 staging buffers the candidates' held them all, the real rows waited in the queue until
+ * the n-gram layer's gather, and by then a streamed step's expert reads filled the disk's queue:
+ * 2.8-6.5 ms of stall a token on the H200 machine's floor runs
+ * (bench/results/2026-12-03-synth-centred.md). A buffer is a row's sectors plus one. */
+#define NGRAM_DEFAULT_DEPTH 256
+
 uint64_t ngram_table_stream_bytes(int cache_rows, uint64_t row_bytes, int io_depth) {
-    if (io_depth <= 0) io_depth = 64;
+    if (io_depth <= 0) io_depth = NGRAM_DEFAULT_DEPTH;
     return (uint64_t)cache_rows * (row_bytes + sizeof(slot) + sizeof(int32_t)) +
            index_size(cache_rows) * sizeof(int32_t) +
            (uint64_t)io_depth * (stage_bytes(row_bytes) + sizeof(staging) + 2 * sizeof(int));
@@ -122,7 +130,7 @@ ngram_table *ngram_table_stream(const ngram_stream_params *p, char *err, size_t 
     t->offset = p->offset;
     t->mode = p->io_mode == IO_PAGE ? IO_PAGE : IO_DIRECT;
     t->n_slots = p->cache_rows;
-    t->n_stage = p->io_depth > 0 ? p->io_depth : 64;
+    t->n_stage = p->io_depth > 0 ? p->io_depth : NGRAM_DEFAULT_DEPTH;
     if (t->n_stage > 1024) t->n_stage = 1024;
     const uint64_t isz = index_size(p->cache_rows);
     t->index_mask = isz - 1;
@@ -300,6 +308,11 @@ static int32_t request(ngram_table *t, int64_t row) {
 
 void ngram_table_prefetch(ngram_table *t, const int32_t *rows, int n) {
     if (!t->io) return;
+    /* reads that have landed give their staging buffers back first (in order, never waiting),
+     * so that these rows go to the disk now rather than at the gather */
+    io_poll(t->io);
+    while (t->f_len > 0 && __atomic_load_n(&t->stage[t->inflight[t->f_head]].req.state, __ATOMIC_ACQUIRE) == 2)
+        if (finish_oldest(t) != 0) break; /* the row is dropped: a gather reads it again */
     for (int i = 0; i < n; i++) {
         const int32_t s = index_find(t, rows[i]);
         if (s >= 0) {
