@@ -269,8 +269,10 @@ static bool look_before(float a, int ia, float b, int ib) {
     return a > b || (a == b && ia < ib);
 }
 
-/* Prefetch the next layer's top-k: look_h, or ranked here from the logits look_l. */
-static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scratch *x) {
+/* Prefetch the next layer's top-k: look_h, or ranked here from the logits look_l. by_rank: a
+ * decode token's ranks by look_rank_wanted (measured for host-reached experts only; a device
+ * table's copies read every rank). */
+static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scratch *x, bool by_rank) {
     const hparams *hp = &m->hp;
     const int next = il + 1, X = hp->n_expert;
     const int k = hp->n_expert_used < 64 ? hp->n_expert_used : 64; /* a prediction: 64 at most */
@@ -302,7 +304,8 @@ static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scr
             x->n_look_top = nt;
         }
         for (int j = 0; j < nt; j++)
-            if (!x->mark[top[j]] && (!one || look_rank_wanted(x->rank_seen[j], x->rank_true[j], x->look_precision))) {
+            if (!x->mark[top[j]] &&
+                (!one || !by_rank || look_rank_wanted(x->rank_seen[j], x->rank_true[j], x->look_precision))) {
                 x->mark[top[j]] = 1;
                 x->pred[x->n_pred++] = top[j];
             }
@@ -313,14 +316,14 @@ static void lookahead_issue(const sluice_model *m, int il, int n, struct moe_scr
     expert_prefetch(m->experts, next, x->pred, x->n_pred, false);
 }
 
-/* The lookahead of a layer whose routing the host ranks or reads back on its own (no device
- * table, or a table without look_early): queue, read back, rank and issue in one go. */
+/* The lookahead of a layer whose experts the host reaches (no device table): queue, read back,
+ * rank and issue in one go. */
 static void lookahead_now(const sluice_model *m, backend *be, int il, const float *h, int n, struct moe_scratch *x) {
     const size_t k = (size_t)m->hp.n_expert_used, off = look_off((size_t)n, k);
     lookahead_queue(m, be, il, h, n, x);
     be_download(be, x->pair_h, x->look_pair + off, look_pair_bytes((size_t)n, k, m->hp.n_expert) - off * 4);
     lookahead_result(m, n, x, x->pair_h);
-    lookahead_issue(m, il, n, x);
+    lookahead_issue(m, il, n, x, true);
 }
 
 /* A batch of more tokens than this multiplies most of a layer's experts: a streaming device
@@ -619,7 +622,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
             look_late = look_early && !host_split && n <= MOE_HOST_MAX_TOKENS && m->experts->stats.reads == reads0 &&
                         !xs->look_in_order;
             if (look_early) {
-                if (!look_late) lookahead_issue(m, il, n, xs);
+                if (!look_late) lookahead_issue(m, il, n, xs, false);
             } else if (look && lookahead_ready(m, be, il, xs)) {
                 if (sets_one) look_pending = true;
                 else lookahead_now(m, be, il, st->x, n, xs);
@@ -698,7 +701,7 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
         }
         if (look_late) {
             const double tx = timed ? moe_now() : 0;
-            if (rc == 0) lookahead_issue(m, il, n, xs);
+            if (rc == 0) lookahead_issue(m, il, n, xs, false);
             be_copy_fence(be, false);
             if (timed) xs->t_look += moe_now() - tx;
         }
