@@ -17,3 +17,17 @@ synth_model() {
   echo "synth rc=$? in $(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s" >> "$OUT/synth.txt"
   ls -la "$W" >> "$OUT/synth.txt"
 }
+# floor_run NAME BIN "DEPTHS" [VAR=VALUE ...]: the floor run ($M, 81 slots, $T threads, the
+# variables set) with its reads logged, then replays of its decode reads (the prompt's skipped)
+# at each depth; $OUT/NAME.out and $OUT/NAME.replay (bench/results/2026-12-03-synth-centred)
+floor_run() {
+  local n=$1 bin=$2 depths=$3 pe pn d
+  shift 3
+  drop
+  env "$@" SLUICE_IO_LOG="$OUT/$n.iolog" timeout 150 "$C/$bin" "$M" "$P" 48 64 512 "$T" stream forced 81 > "$OUT/$n.out" 2>&1
+  echo "rc=$?" >> "$OUT/$n.out"
+  pe=$(awk '/^prefill experts/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1)}}' "$OUT/$n.out")
+  pn=$(awk '/^ngram prefill/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1); exit}}' "$OUT/$n.out")
+  for d in $depths; do drop; timeout 60 "$C/iolog_replay" "$OUT/$n.iolog" "$d" $(( ${pe:-0} + ${pn:-0} )); done > "$OUT/$n.replay" 2>&1
+  rm -f "$OUT/$n.iolog"
+}

@@ -13,16 +13,7 @@ set -u
 synth_model
 T=16
 for round in 1 2; do
-  for bin in ngram_stall ngram_old; do
-    N=$bin-r$round
-    drop
-    SLUICE_IO_LOG=$OUT/$N.iolog timeout 120 "$C/$bin" "$M" "$P" 48 64 512 "$T" stream forced 81 > "$OUT/$N.out" 2>&1
-    echo "rc=$?" >> "$OUT/$N.out"
-    pe=$(awk '/^prefill experts/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1)}}' "$OUT/$N.out")
-    pn=$(awk '/^ngram prefill/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1); exit}}' "$OUT/$N.out")
-    drop; timeout 60 "$C/iolog_replay" "$OUT/$N.iolog" 32 $(( ${pe:-0} + ${pn:-0} )) > "$OUT/$N.replay" 2>&1
-    rm -f "$OUT/$N.iolog"
-  done
+  for bin in ngram_stall ngram_old; do floor_run $bin-r$round $bin 32; done
 done
 PR=$PWD/bench/results/2026-11-29-qwen4exp-8l-stream-8g/prompts
 CG=/sys/fs/cgroup/sluice-q4x

@@ -10,16 +10,7 @@ set -u
 synth_model
 T=${THREADS:-16}
 for round in 1 2; do
-  for p in 0.65 0; do
-    N=prec$p-r$round
-    drop
-    SLUICE_MOE_LOOK_PRECISION=$p SLUICE_IO_LOG=$OUT/$N.iolog timeout 120 "$C/ngram_stall" "$M" "$P" 48 64 512 "$T" stream forced 81 > "$OUT/$N.out" 2>&1
-    echo "rc=$?" >> "$OUT/$N.out"
-    pe=$(awk '/^prefill experts/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1)}}' "$OUT/$N.out")
-    pn=$(awk '/^ngram prefill/{for(i=1;i<=NF;i++) if($i=="bytes"){print $(i+1); exit}}' "$OUT/$N.out")
-    drop; timeout 60 "$C/iolog_replay" "$OUT/$N.iolog" 32 $(( ${pe:-0} + ${pn:-0} )) > "$OUT/$N.replay" 2>&1
-    rm -f "$OUT/$N.iolog"
-  done
+  for p in 0.65 0; do floor_run prec$p-r$round ngram_stall 32 SLUICE_MOE_LOOK_PRECISION=$p; done
 done
 rm -f "$M"
 V=$(find "$W" -name ggml-vocab-qwen35.gguf | head -1)
