@@ -557,8 +557,8 @@ int moe_forward(const sluice_model *m, model_state *st, backend *be, int il, con
     /* One token, a backend that runs host-reached experts together (CPU): the routed experts
      * and the shared one in sets (experts_one_sets). There the lookahead waits until the layer's
      * own reads have landed (look_pending): issued at once, its reads shared the disk with the
-     * demand's, and the layer waited for them about twice as long (a floor run of 2026-12-03:
-     * read wait 0.94-1.11 -> 0.34-0.56 s over 64 tokens with the lookahead after the experts). */
+     * demand's, and the layer waited for them about twice as long (qwen4exp-8l floor run on 2
+     * vCPUs, 64 tokens: read wait 0.86-0.96 -> 0.48-0.52 s, decode 3.01-3.25 -> 2.80-2.82 s). */
     const bool sets_one = !table && n == 1 && be->ops->experts_one;
     bool look_pending = false;
     int n_need = 0;
