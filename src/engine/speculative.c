@@ -57,8 +57,16 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * SPEC_JUDGE steps in SPEC_PAUSE_MAX + SPEC_JUDGE draft. A session's first drafted step is not
  * measured: it pays one-time costs (the first pass of several tokens with every row's logits,
  * the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the 8-layer
- * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md). */
+ * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md).
+ *
+ * Drafts that never hit need no clock: a drafted step that accepts nothing gives the one token
+ * a plain step gives, for more work. So once SPEC_MISS_JUDGE drafted steps are measured and
+ * none gave more than one token, a pause begins at once and the next is four times as long
+ * (not twice). On the centred 8-layer qwen4exp file (acceptance 0%: its MTP block is as random
+ * as the trunk) the timed rule drafted 21 of 128 steps and lost 9-12% against plain decoding
+ * (bench/results/2026-12-03-synth-centred.md). */
 #define SPEC_JUDGE 5
+#define SPEC_MISS_JUDGE 2
 #define SPEC_PAUSE_MIN 8
 #define SPEC_PAUSE_MAX 128
 
@@ -89,14 +97,18 @@ bool spec_policy_drafts(session_spec *sp) {
         if (--sp->pause == 0) sp->drafted.n = sp->drafted.next = 0; /* judged afresh */
         return false;
     }
-    if (sp->drafted.n < SPEC_JUDGE) return true;
-    if (sp->plain.n == 0) return false; /* one plain step, for its cost */
-    if (spec_window_rate(&sp->drafted) >= spec_window_rate(&sp->plain)) {
-        sp->backoff = 0; /* it pays (again) */
-        return true;
+    bool missed = sp->drafted.n >= SPEC_MISS_JUDGE; /* every measured draft missed */
+    for (int i = 0; missed && i < sp->drafted.n; i++) missed = sp->drafted.tok[i] <= 1;
+    if (!missed) {
+        if (sp->drafted.n < SPEC_JUDGE) return true;
+        if (sp->plain.n == 0) return false; /* one plain step, for its cost */
+        if (spec_window_rate(&sp->drafted) >= spec_window_rate(&sp->plain)) {
+            sp->backoff = 0; /* it pays (again) */
+            return true;
+        }
     }
-    const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN;
-    sp->backoff = 2 * len < SPEC_PAUSE_MAX ? 2 * len : SPEC_PAUSE_MAX;
+    const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN, grow = missed ? 4 : 2;
+    sp->backoff = grow * len < SPEC_PAUSE_MAX ? grow * len : SPEC_PAUSE_MAX;
     sp->pause = len - 1; /* this step is the pause's first */
     if (sp->pause == 0) sp->drafted.n = sp->drafted.next = 0;
     return false;

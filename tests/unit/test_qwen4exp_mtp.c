@@ -482,18 +482,24 @@ static void spec_run(sluice_model *m, int n_draft, int threads, oracle *o, const
 }
 
 /* ---- the adaptive policy, on given step rates ----------------------------------------------
- * Steps whose tokens per second are given (drafted, plain): count the drafted ones. With
- * burst > 0, drafted steps 10k + 9 and 10k + 10 of the run take `burst` times as long (the
- * host's interference). */
-static int policy_run_bursts(session_spec *sp, int steps, double r_draft, double r_plain, double burst) {
+ * Steps whose tokens per second are given (drafted, plain): count the drafted ones. A drafted
+ * step gives tok_draft tokens (1: its drafts missed), a plain one 1. With burst > 0, drafted
+ * steps 10k + 9 and 10k + 10 of the run take `burst` times as long (the host's interference). */
+static int policy_run_tok(session_spec *sp, int steps, double r_draft, double r_plain, double burst, int tok_draft) {
     int drafted = 0;
     for (int i = 0; i < steps; i++) {
         const bool d = spec_policy_drafts(sp);
         const bool slow = burst > 0.0 && d && (drafted % 10 == 9 || (drafted % 10 == 0 && drafted > 0));
         drafted += d;
-        spec_policy_account(sp, d, 1, (slow ? burst : 1.0) / (d ? r_draft : r_plain));
+        const int tok = d ? tok_draft : 1;
+        spec_policy_account(sp, d, tok, (slow ? burst : 1.0) * tok / (d ? r_draft : r_plain));
     }
     return drafted;
+}
+
+/* drafted steps of two tokens (one draft accepted) */
+static int policy_run_bursts(session_spec *sp, int steps, double r_draft, double r_plain, double burst) {
+    return policy_run_tok(sp, steps, r_draft, r_plain, burst, 2);
 }
 
 static int policy_run(session_spec *sp, int steps, double r_draft, double r_plain) {
@@ -505,7 +511,7 @@ static void test_policy(void) {
     session_spec a = {0};
     int d = policy_run(&a, 1000, 1.4, 1.0);
     CHECKF(d == 999, "paying drafts: %d of 1000 steps drafted", d);
-    /* drafting loses (no draft ever hits): pauses of 8, 16, ... 128 plain steps, each followed
+    /* drafting loses (its drafts hit, but cost more time): pauses of 8, 16, ... 128 plain steps, each followed
      * by SPEC_JUDGE (5) drafted steps judged afresh: the unmeasured first drafted step, 5
      * measured, then about 10 pauses in 1000 steps (3 a judgement: 34) */
     session_spec b = {0};
@@ -530,8 +536,15 @@ static void test_policy(void) {
     session_spec h = {0};
     d = policy_run_bursts(&h, 1000, 1.3, 1.0, 4.0);
     CHECKF(d == 999, "paying drafts through bursts: %d of 1000 steps drafted", d);
+    /* drafts that never hit (one token a drafted step), whatever the clock says (here the
+     * drafted steps even read as faster): a pause after SPEC_MISS_JUDGE (2) measured drafted
+     * steps, pauses of 8, 32, 128: the unmeasured first + 2, then 2 after each pause (3 + 2 +
+     * 2 + 2 x 7 pauses of 128 in 1000 steps: 21) */
+    session_spec z = {0};
+    const int missing = policy_run_tok(&z, 1000, 1.2, 1.0, 0.0, 1);
+    CHECKF(missing >= 15 && missing <= 25, "drafts that never hit: %d of 1000 steps drafted", missing);
     printf("adaptive policy: paying 999/1000 drafted, losing %d/1000, recovering %d/200, "
-           "through bursts %d/1000\n", losing, late, d);
+           "through bursts %d/1000, never hitting %d/1000\n", losing, late, d, missing);
 }
 
 int main(void) {
