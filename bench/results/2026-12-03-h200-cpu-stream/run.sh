@@ -4,7 +4,7 @@
 # several times faster than on the 2-vCPU VM: the streamed decode against a replay of its own
 # reads (iolog_replay, direct I/O into 2 MiB pages: the machine has no fio) and against the
 # resident decode of the same tokens. No cgroup (the 81-slot cache bounds the run's memory).
-# Carried in .devcarry/cpu.tar.xz: sluice and ngram_stall (CPU build of this commit), iolog_replay,
+# In CPU_ARCHIVE (setup.sh): sluice and ngram_stall (CPU build of this commit), iolog_replay,
 # lib/ (liburing, libjansson, libmicrohttpd, libpcre2). Run from the repository root:
 #   OUT=$OUT bash bench/results/2026-12-03-h200-cpu-stream/run.sh
 set -u

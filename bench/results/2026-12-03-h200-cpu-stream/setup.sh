@@ -1,7 +1,11 @@
-# Sourced by run.sh, run_look_two.sh and run_threads.sh from the repository root: the carried
-# binaries unpacked (.devcarry/cpu.tar.xz), the paths, drop() and synth_model.
-OUT=${OUT:-/tmp/h200-cpu}; mkdir -p "$OUT"
-C=$PWD/.devcarry/cpu; mkdir -p "$C" && tar xJf .devcarry/cpu.tar.xz -C "$C"
+# Sourced from the repository root by the scripts of this directory and of
+# ../2026-12-03-synth-centred: the binaries unpacked, the paths, drop(), synth_model and
+# floor_run. CPU_ARCHIVE (default cpu.tar.xz in the repository root) is a tar.xz built on the
+# development VM of: sluice and ngram_stall (CPU build of the commit the record names),
+# iolog_replay (bench/stream/iolog_replay.c) and lib/ (liburing, libjansson, libmicrohttpd,
+# libpcre2 of that VM), since the H200 machine has none of them installed.
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
+C=$PWD/cpu-bin; mkdir -p "$C" && tar xJf "${CPU_ARCHIVE:-cpu.tar.xz}" -C "$C"
 export LD_LIBRARY_PATH=$C/lib
 W=$PWD/work; mkdir -p "$W"
 P=$PWD/bench/results/2026-11-29-qwen4exp-8l-stream-8g/prompts/long4k.txt

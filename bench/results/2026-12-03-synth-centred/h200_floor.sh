@@ -5,7 +5,7 @@
 # depths 32 and 128, page cache dropped) right after it, and against the resident decode of the
 # same tokens. `ngram_stall` is this commit's lookahead (it waits for the layer's reads; the
 # first MoE layer predicted from the embedding), `ngram_old` 1c4156c's (issued with the demand;
-# no first-layer prediction), alternating. Carried in .devcarry/cpu.tar.xz (built on the VM).
+# no first-layer prediction), alternating; both in CPU_ARCHIVE (setup.sh).
 #   OUT=$OUT bash bench/results/2026-12-03-synth-centred/h200_floor.sh
 set -u
 . bench/results/2026-12-03-h200-cpu-stream/setup.sh
