@@ -288,6 +288,12 @@ int sluice_model_mtp_blocks(const sluice_model *model);
  * then those after fed[k-1]. Returns k (<= max_tokens), or -1. stats (may be NULL) accumulates. */
 int sluice_session_spec_step(sluice_session *session, int n_draft, int max_tokens, int32_t *fed,
                              float *logits, sluice_spec_stats *stats);
+/* Measurement: fn replaces each draft (the block's proposal for position pos) by the token it
+ * returns before the verification pass, so that a run can be timed at a chosen acceptance
+ * (sluice bench --mtp-accept). The drafts are still made, and the output never depends on the
+ * hook: a draft only decides what is verified. NULL: the block's own drafts. */
+typedef int32_t (*sluice_draft_fn)(void *ctx, int pos, int32_t proposed);
+void sluice_session_set_draft_hook(sluice_session *session, sluice_draft_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

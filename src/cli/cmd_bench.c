@@ -33,7 +33,7 @@ int cmd_bench(int argc, char **argv) {
     cli_plan_opts po = {0};
     cli_model_opts_init(&mo);
     const char *prompts = "128,2048,8192,32768", *out_path = NULL;
-    bench_params bp = {.n_gen = 128, .reps = 1, .seed = 42, .warmup = true};
+    bench_params bp = {.n_gen = 128, .reps = 1, .seed = 42, .warmup = true, .mtp_accept = -1.0f};
     bool csv = false, no_warmup = false;
     int mtp_vocab = SLUICE_MTP_VOCAB_DEFAULT;
     cli_opt opts[48];
@@ -49,6 +49,7 @@ int cmd_bench(int argc, char **argv) {
         {"--no-warmup", NULL, OPT_FLAG, &no_warmup, NULL, "skip the untimed warmup runs (a short one; with a resident model also one of each prompt length)"},
         {"--mtp", NULL, OPT_INT, &bp.mtp, "N", "decode by MTP speculative steps of up to N drafts (qwen4exp files with an MTP block; default 0: off), drafting only while it measures faster than plain steps; the evidence hashes equal the plain run's"},
         {"--mtp-always", NULL, OPT_FLAG, &bp.mtp_always, NULL, "with --mtp: draft N every step, even when it is slower"},
+        {"--mtp-accept", NULL, OPT_FLOAT, &bp.mtp_accept, "P", "with --mtp (measurement): time MTP at acceptance P in 0..1: an untimed plain run records the greedy continuation, and each draft becomes its token with probability P (the drafts are still made; the evidence is unchanged)"},
         {"--mtp-vocab", NULL, OPT_INT, &mtp_vocab, "N", "with --mtp: a draft chooses among the first N token ids and the context's recent ids (default 32768; 0: every id); the tokens never depend on it"},
         {"--csv", NULL, OPT_FLAG, &csv, NULL, "print one CSV row per run instead of the table"},
         {"--output", "-o", OPT_STR, &out_path, "FILE", "write the report to FILE instead of stdout"},
@@ -105,6 +106,11 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "sluice bench: --mtp-always needs --mtp N\n");
         return 2;
     }
+    if (bp.mtp_accept != -1.0f && (bp.mtp == 0 || !(bp.mtp_accept >= 0.0f && bp.mtp_accept <= 1.0f))) {
+        fprintf(stderr, "sluice bench: --mtp-accept takes a probability in 0..1, with --mtp N\n");
+        return 2;
+    }
+    bp.mtp_oracle = bp.mtp_accept != -1.0f;
     if (mtp_vocab < 0) {
         fprintf(stderr, "sluice bench: --mtp-vocab takes 0 (every id) or a number of ids\n");
         return 2;

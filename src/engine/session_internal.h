@@ -5,10 +5,6 @@
 
 #include "models/state.h"
 
-/* Test hook: replaces the drafter's proposal for position pos (a test forces high or
- * partial acceptance with it); NULL: the MTP block's own drafts. */
-typedef int32_t (*session_draft_fn)(void *ctx, int pos, int32_t proposed);
-
 /* The last SPEC_WINDOW steps of one kind: tokens and seconds of each, a ring. */
 #define SPEC_WINDOW 8
 typedef struct spec_window {
@@ -21,7 +17,7 @@ typedef struct spec_window {
 typedef struct session_spec {
     float *logits;           /* [cap][n_vocab] of a verification pass */
     int cap;
-    session_draft_fn hook;
+    sluice_draft_fn hook;    /* sluice_session_set_draft_hook (tests, measurements) */
     void *hook_ctx;
     /* the adaptive policy (engine/speculative.c): the last drafted and plain steps, the plain
      * steps left in the current pause, the length of the next pause, and whether a drafted step
@@ -46,7 +42,5 @@ void session_set_position(sluice_session *s, int pos, const float *logits);
 bool spec_policy_drafts(session_spec *sp);
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds);
 
-/* Install the draft hook (tests). */
-void sluice_session_set_draft_hook(sluice_session *s, session_draft_fn fn, void *ctx);
 
 #endif

@@ -14,6 +14,7 @@
  * Whether a step drafts at all is the adaptive policy's choice (spec_policy_drafts): drafting
  * pays only when accepted tokens outweigh the drafts' passes and the wider verification pass
  * (on a streamed model that pass reads the experts of every drafted token). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,7 +27,7 @@ int sluice_model_mtp_blocks(const sluice_model *m) {
     return m->arch->mtp_blocks ? m->arch->mtp_blocks(m) : 0;
 }
 
-void sluice_session_set_draft_hook(sluice_session *s, session_draft_fn fn, void *ctx) {
+void sluice_session_set_draft_hook(sluice_session *s, sluice_draft_fn fn, void *ctx) {
     session_spec *sp = session_spec_of(s);
     sp->hook = fn;
     sp->hook_ctx = ctx;
@@ -123,6 +124,14 @@ void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seco
     spec_window_add(drafted ? &sp->drafted : &sp->plain, tokens, seconds);
 }
 
+/* SLUICE_SPEC_TRACE=1: every step's kind and time on stderr (measurement: what a drafted step
+ * costs against a plain one, bench/results/2026-12-04-mtp-accept.md). */
+static bool spec_trace(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("SLUICE_SPEC_TRACE") != NULL;
+    return on != 0;
+}
+
 static double spec_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -174,6 +183,7 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     if (N > 0 && !spec_policy_drafts(sp)) { /* a plain step (the MTP block still follows) */
         if (sluice_session_eval(s, batch, 1, NULL) != 0) return -1;
         spec_policy_account(sp, false, 1, spec_now() - t0);
+        if (spec_trace()) fprintf(stderr, "spec: plain step %.2f ms\n", 1e3 * (spec_now() - t0));
         fed[0] = batch[0];
         if (logits) memcpy(logits, sluice_session_logits(s), (size_t)V * sizeof(float));
         if (stats) {
@@ -183,6 +193,7 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
         return 1;
     }
     if (N > 0 && a->mtp_draft(m, st, be, batch[0], pos, N, batch + 1) != 0) return -1;
+    const double t_d = spec_now();
     if (sp->hook)
         for (int j = 1; j <= N; j++) batch[j] = sp->hook(sp->hook_ctx, pos + j, batch[j]);
     if (a->spec_begin(m, st, batch, N + 1) != 0) return -1;
@@ -195,6 +206,9 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     if (a->spec_keep(m, st, k + 1) != 0) return -1;
     session_set_position(s, pos + k + 1, sp->logits + (size_t)k * V);
     if (N > 0) spec_policy_account(sp, true, k + 1, spec_now() - t0);
+    if (N > 0 && spec_trace())
+        fprintf(stderr, "spec: drafted step, %d tokens, %.2f ms (drafts %.2f ms)\n", k + 1, 1e3 * (spec_now() - t0),
+                1e3 * (t_d - t0));
     memcpy(fed, batch, (size_t)(k + 1) * sizeof *fed);
     if (logits) memcpy(logits, sp->logits, (size_t)(k + 1) * (size_t)V * sizeof(float));
     if (stats) {

@@ -162,6 +162,39 @@ typedef struct run_ctx {
     int ctx_min; /* the warmup's context: the first timed run's, so that it reuses the session */
 } run_ctx;
 
+/* --mtp-accept: the plain greedy run's token at each position (tokens[pos - first]), and the
+ * probability with which a draft becomes it. Whether a position's draft does is a fixed
+ * function of the position (splitmix64), so every run and every draft length sees the same
+ * choices. */
+typedef struct oracle {
+    const int32_t *tokens;
+    int first, n;
+    double p;
+} oracle;
+
+static int32_t oracle_draft(void *ctx, int pos, int32_t proposed) {
+    const oracle *o = ctx;
+    if (pos < o->first || pos >= o->first + o->n) return proposed;
+    uint64_t z = (uint64_t)pos + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53 < o->p ? o->tokens[pos - o->first] : proposed;
+}
+
+/* The plain greedy continuation of the prompt on s (untimed): tokens[i] is evaluated at
+ * position p + i, i < n. The session is reset afterwards. */
+static int oracle_record(sluice_session *s, const int32_t *prompt, int p, int n, int32_t *tokens) {
+    sluice_session_reset(s);
+    if (sluice_session_eval(s, prompt, p, NULL) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        tokens[i] = sluice_session_argmax(s);
+        if (i + 1 < n && sluice_session_eval(s, &tokens[i], 1, NULL) != 0) return -1;
+    }
+    sluice_session_reset(s);
+    return 0;
+}
+
 static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool measured, int seq,
                   bench_run *r, char *err, size_t en) {
     const int V = c->n_vocab;
@@ -179,18 +212,25 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     float *logits = measured ? malloc((size_t)(n_gen + 1) * (size_t)V * sizeof(float)) : NULL;
     int32_t *toks = measured ? malloc((size_t)(p + n_gen + 1) * sizeof(int32_t)) : NULL;
     double *steps = malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof(double));
+    const bool use_oracle = c->bp->mtp > 0 && c->bp->mtp_oracle && n_gen > 0;
+    int32_t *plain = use_oracle ? malloc((size_t)n_gen * sizeof(int32_t)) : NULL;
+    oracle orc = {.tokens = plain, .first = p, .n = n_gen, .p = c->bp->mtp_accept};
+    sluice_model_info info;
+    sluice_model_get_info(c->m, &info);
+    route_obs obs = {.tw = c->tw, .n_expert = info.n_expert};
     int rc = -1;
-    if (!s || !steps || (measured && (!logits || !toks))) {
+    if (!s || !steps || (measured && (!logits || !toks)) || (use_oracle && !plain)) {
         snprintf(err, en, "%s", s ? "out of memory for the evidence buffers" : sluice_last_error());
         goto done;
+    }
+    if (use_oracle) { /* before the route callback: the recording run is not observed */
+        if (oracle_record(s, prompt, p, n_gen, plain) != 0) goto eval_fail;
+        sluice_session_set_draft_hook(s, oracle_draft, &orc);
     }
     /* touched now, outside the timed steps: an MTP step copies its rows' logits in itself, and
      * first touches of this buffer (3 MB a 3-token step at a 248K vocabulary) cost page faults
      * that a plain step, which copies after its timer, never paid (~8% of the MTP decode) */
     if (measured) memset(logits, 0, (size_t)(n_gen + 1) * (size_t)V * sizeof(float));
-    sluice_model_info info;
-    sluice_model_get_info(c->m, &info);
-    route_obs obs = {.tw = c->tw, .n_expert = info.n_expert};
     if (info.n_expert > 0) {
         if (measured) {
             obs.seen = calloc((size_t)info.n_layer * (size_t)info.n_expert, 1);
@@ -298,7 +338,11 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
 eval_fail:
     snprintf(err, en, "%s", sluice_last_error());
 done:
-    if (s) sluice_session_set_route_callback(s, NULL, NULL); /* obs is freed below */
+    if (s) {
+        sluice_session_set_route_callback(s, NULL, NULL); /* obs is freed below */
+        if (use_oracle) sluice_session_set_draft_hook(s, NULL, NULL); /* orc dies here */
+    }
+    free(plain);
     free(obs.seen);
     free(logits);
     free(toks);

@@ -13,7 +13,12 @@
  *
  * With MTP (bench_params.mtp) a decode step is a speculative step that emits one or more tokens;
  * each emitted token is charged the step's time divided by the tokens it emitted (TPOT), and the
- * evidence is the same rows and tokens as plain greedy decoding (equal hashes prove it). */
+ * evidence is the same rows and tokens as plain greedy decoding (equal hashes prove it).
+ * mtp_accept times MTP at a chosen acceptance: an untimed plain greedy run of the same prompt
+ * first records the continuation, and each draft of the timed run is replaced by that run's
+ * token at its position with probability mtp_accept (a fixed pseudo-random choice per
+ * position), else left as the block drafted it; the drafts are still made, so the run pays
+ * every cost of MTP, and the evidence is unchanged. */
 #ifndef SLUICE_BENCH_H
 #define SLUICE_BENCH_H
 
@@ -44,6 +49,9 @@ typedef struct bench_params {
     int mtp;                    /* > 0: decode by MTP speculative steps of this many drafts (the
                                  * model loaded with params.mtp); the evidence is unchanged */
     bool mtp_always;            /* draft every step (SLUICE_SPEC_ALWAYS), not adaptively */
+    bool mtp_oracle;            /* a measured run at acceptance mtp_accept (the oracle above): */
+    float mtp_accept;           /* each draft becomes the plain greedy run's token with this
+                                 * probability; mtp_oracle false: the block's own drafts */
 } bench_params;
 
 typedef struct bench_stats {

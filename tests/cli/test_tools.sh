@@ -65,6 +65,20 @@ check bash -c "'$SLUICE' cachesim '$WORK/run.trace' --ep-ranks 1,2,4 | grep -qE 
 yes "The little cat sat on the warm mat and looked at the birds outside the window." | head -n 40 > "$WORK/text.txt"
 check bash -c "'$SLUICE' perplexity -m '$M' -f '$WORK/text.txt' -c 64 --decode -t 2 2>/dev/null | grep -q 'relative difference 0'"
 
+# bench --mtp-accept (measurement): at acceptance 1 every draft is the plain run's token, so
+# every drafted token is accepted, and the evidence equals plain decoding's
+X=$WORK/q4x-mtp.gguf
+check "$SLUICE" synth -q --preset qwen4exp-tiny --type Q4_K_M --mtp -o "$X"
+"$SLUICE" bench -m "$X" -p 24 -n 12 -r 1 -t 2 --json > "$WORK/m0.json" 2>/dev/null || bad "bench plain (mtp file)"
+"$SLUICE" bench -m "$X" -p 24 -n 12 -r 1 -t 2 --json --mtp 2 --mtp-always --mtp-accept 1 > "$WORK/m1.json" 2>/dev/null ||
+  bad "bench --mtp-accept 1"
+check test "$(hashes "$WORK/m0.json")" = "$(hashes "$WORK/m1.json")"
+drafted=$(grep -o '"drafted": [0-9]*' "$WORK/m1.json" | grep -o '[0-9]*$')
+accepted=$(grep -o '"accepted": [0-9]*' "$WORK/m1.json" | grep -o '[0-9]*$')
+check test "${drafted:-0}" -gt 0 -a "${drafted:-0}" = "${accepted:-x}"
+one_line_error "$SLUICE" bench -m "$X" -p 8 -n 2 --mtp 1 --mtp-accept 1.5
+one_line_error "$SLUICE" bench -m "$X" -p 8 -n 2 --mtp-accept 0.5
+
 # bad inputs
 # --layers: the preset's per-layer shapes, fewer layers, a name that says so; it runs
 check "$SLUICE" synth -q --preset qwen35moe-tiny --layers 1 -o "$WORK/l1.gguf"
