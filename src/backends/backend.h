@@ -168,6 +168,14 @@ typedef struct backend_ops {
     void (*gated_delta)(backend *b, const float *q, const float *k, const float *v,
                         const float *g, const float *beta, float *state, const gdn_params *p,
                         float *out);
+    /* Optional (NULL: the caller runs gated_delta a token at a time and copies the state): the
+     * recurrence (p->chunk 0) over p->n_tok tokens that also leaves the state after every token t
+     * but the last at ck + t * ck_stride (floats, the state's layout): a verification pass's
+     * checkpoints (models/qwen4exp_mtp.c) in one pass over the state instead of one a token plus
+     * a copy. The same bits as gated_delta of one token at a time. */
+    void (*gated_delta_ck)(backend *b, const float *q, const float *k, const float *v,
+                           const float *g, const float *beta, float *state, const gdn_params *p,
+                           float *out, float *ck, size_t ck_stride);
     /* x[r][i] *= sigmoid(g[r][g_dim == 1 ? 0 : i]) for r < n_rows, i < dim; g_dim is 1 or dim */
     void (*sigmoid_mul)(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
     /* Optional fusion of a MoE layer's end, rows of dim: with s != NULL, s[r][i] *= sigmoid(

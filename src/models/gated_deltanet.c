@@ -180,6 +180,10 @@ void gdn_layer_forward(const sluice_model *m, model_state *st, backend *be, int 
                     .chunk = n > 1 ? H->gdn_chunk : 0};
     if (!ck) {
         be_gated_delta(be, H->lq, H->lk, H->lv, H->alpha, H->beta, ssm_state, &p, H->out);
+    } else if (be->ops->gated_delta_ck) { /* the same, with the checkpoints, in one pass */
+        p.chunk = 0;
+        be->ops->gated_delta_ck(be, H->lq, H->lk, H->lv, H->alpha, H->beta, ssm_state, &p, H->out,
+                                H->ck_ssm + (size_t)slot * H->ssm_len, (size_t)H->n_rec * H->ssm_len);
     } else { /* the recurrence one token at a time (what the batch op computes for chunk 0) */
         p.n_tok = 1;
         p.chunk = 0;

@@ -149,6 +149,33 @@ static void test_gdn_case(backend *be[3], const gdn_case *c) {
             CHECKF(memcmp(out_x, out_r, nv * 4) == 0 && memcmp(st_x, st_r, ns * 4) == 0,
                    "recurrence differs with %d threads, pieces of %d", th + 1, pieces[pi]);
         }
+    /* with checkpoints (gated_delta_ck, a verification pass): the outputs and final state of
+     * the token-at-a-time recurrence bit for bit, and checkpoint t the state after token t */
+    if (be[0]->ops->gated_delta_ck && c->t <= 80) {
+        float *ck = malloc(ns * 4 * (size_t)c->t), *st_1 = malloc(ns * 4);
+        memcpy(st_1, s0, ns * 4);
+        for (int t = 0; t < c->t; t++) { /* the reference checkpoints, one token a call */
+            gdn_params p1 = {.n_tok = 1, .n_k_head = c->hk, .n_v_head = c->hv, .d_k = c->dk, .d_v = c->dv,
+                             .kv_tiled = c->tiled, .q_scale = 1.0f / sqrtf((float)c->dk)};
+            be_gated_delta(be[0], q + (size_t)t * c->hk * c->dk, k + (size_t)t * c->hk * c->dk,
+                           v + (size_t)t * c->hv * c->dv, g + (size_t)t * c->hv, beta + (size_t)t * c->hv, st_1,
+                           &p1, out_x + (size_t)t * c->hv * c->dv);
+            memcpy(ck + (size_t)t * ns, st_1, ns * 4);
+        }
+        for (int th = 0; th < 3; th++) {
+            float *got = calloc(ns * (size_t)c->t, 4);
+            memcpy(st_x, s0, ns * 4);
+            gdn_params pc = {.n_tok = c->t, .n_k_head = c->hk, .n_v_head = c->hv, .d_k = c->dk, .d_v = c->dv,
+                             .kv_tiled = c->tiled, .q_scale = 1.0f / sqrtf((float)c->dk)};
+            be[th]->ops->gated_delta_ck(be[th], q, k, v, g, beta, st_x, &pc, out_x, got, ns);
+            bool ck_same = true;
+            for (int t = 0; t + 1 < c->t; t++) ck_same &= memcmp(got + (size_t)t * ns, ck + (size_t)t * ns, ns * 4) == 0;
+            CHECKF(memcmp(out_x, out_r, nv * 4) == 0 && memcmp(st_x, st_r, ns * 4) == 0 && ck_same,
+                   "gated_delta_ck differs from the token-at-a-time recurrence (%d threads)", th + 1);
+            free(got);
+        }
+        free(ck), free(st_1);
+    }
     /* the chunked form: same bits for any thread count */
     for (int th = 0; th < 3; th++) {
         memcpy(st_x, s0, ns * 4);
@@ -253,6 +280,8 @@ int main(void) {
         {2, 6, 8, 16, 3, false, 4, -1.0f, -0.01f},
         {2, 6, 8, 16, 12, false, 4, -1.0f, -0.01f},
         {2, 6, 8, 16, 13, true, 4, -1.0f, -0.01f},
+        /* value dims not a multiple of 4: the rows after the last group of 4 one at a time */
+        {1, 2, 8, 18, 5, false, 4, -1.0f, -0.01f},
         /* the fixture's layer shape, across chunk boundaries of 64 */
         {2, 4, 64, 64, 63, true, 64, -0.3f, -0.001f},
         {2, 4, 64, 64, 64, true, 64, -0.3f, -0.001f},

@@ -824,6 +824,7 @@ static const backend_ops cpu_ops = {
     .l2norm = cpu_l2norm,
     .conv1d_silu = cpu_conv1d_silu,
     .gated_delta = cpu_gated_delta,
+    .gated_delta_ck = cpu_gated_delta_ck,
     .sigmoid_mul = cpu_sigmoid_mul,
     .gdn_gates = cpu_gdn_gates,
     /* qwen4exp: hyper-connections, n-gram module, block-sparse attention (ops_hc.c, ops_qsa.c) */

@@ -97,6 +97,8 @@ void cpu_conv1d_silu(backend *b, const float *x, int n, int channels, const floa
 typedef struct gdn_job {
     const float *q, *k, *v, *g, *beta;
     float *state, *out;
+    float *ck;        /* gated_delta_ck: the state after token t at ck + t * ck_stride; NULL: none */
+    size_t ck_stride;
     gdn_params p;
     float *scratch; /* per thread: stride floats */
     size_t stride;
@@ -146,6 +148,50 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
             const float d = (vt[j] - decay_dot(Dk, Sj, decay, kt)) * bt;
             ot[j] = update_dot(Dk, Sj, d, kt, qs);
         }
+    }
+}
+
+/* gdn_head_recurrent with checkpoints (gated_delta_ck): the rows outermost, so that each group
+ * of 4 state rows goes through every token while it is in L1 (one pass over the state, where a
+ * token at a time was one pass a token plus a copy of the state between them), and the rows'
+ * state after token t (but the last) is copied to its checkpoint. A row's operations are those
+ * of gdn_head_recurrent in the same order (rows never mix), so the same bits. qs: n_tok * d_k
+ * floats of scratch. */
+static void gdn_head_recurrent_ck(const gdn_job *J, int h, float *qs) {
+    const gdn_params *p = &J->p;
+    const int Dk = p->d_k, Dv = p->d_v, Hk = p->n_k_head, Hv = p->n_v_head, kh = key_head(p, h), T = p->n_tok;
+    float *S = J->state + (size_t)h * Dv * Dk;
+    const kernel_decay_dot_fn decay_dot = kernel_gdn_decay_dot();
+    const kernel_update_dot_fn update_dot = kernel_gdn_update_dot();
+    const kernel_decay_dot4_fn decay_dot4 = kernel_gdn_decay_dot4();
+    const kernel_update_dot4_fn update_dot4 = kernel_gdn_update_dot4();
+    for (int t = 0; t < T; t++) { /* q is scaled first (ggml) */
+        const float *qt = J->q + ((size_t)t * Hk + kh) * Dk;
+        for (int i = 0; i < Dk; i++) qs[(size_t)t * Dk + i] = qt[i] * p->q_scale;
+    }
+    const int G = decay_dot4 && update_dot4 ? 4 : 1;
+    for (int j = 0; j < Dv;) {
+        const int g = G == 4 && j + 4 <= Dv ? 4 : 1; /* rows j .. j + g - 1 */
+        float *Sj = S + (size_t)j * Dk;
+        for (int t = 0; t < T; t++) {
+            const float *kt = J->k + ((size_t)t * Hk + kh) * Dk;
+            const float *vt = J->v + ((size_t)t * Hv + h) * Dv;
+            float *ot = J->out + ((size_t)t * Hv + h) * Dv;
+            const float decay = expf(J->g[(size_t)t * Hv + h]), bt = J->beta[(size_t)t * Hv + h];
+            if (g == 4) {
+                float m[4], d[4];
+                decay_dot4(Dk, Sj, (size_t)Dk, decay, kt, m);
+                for (int r = 0; r < 4; r++) d[r] = (vt[j + r] - m[r]) * bt;
+                update_dot4(Dk, Sj, (size_t)Dk, d, kt, qs + (size_t)t * Dk, ot + j);
+            } else {
+                const float d = (vt[j] - decay_dot(Dk, Sj, decay, kt)) * bt;
+                ot[j] = update_dot(Dk, Sj, d, kt, qs + (size_t)t * Dk);
+            }
+            if (t + 1 < T)
+                memcpy(J->ck + (size_t)t * J->ck_stride + ((size_t)h * Dv + (size_t)j) * Dk, Sj,
+                       sizeof(float) * (size_t)g * (size_t)Dk);
+        }
+        j += g;
     }
 }
 
@@ -237,7 +283,8 @@ static void gdn_task(void *ctx, int ith, int nth) {
     threadpool_share(J->p.n_v_head, ith, nth, &lo, &hi);
     float *ws = J->scratch + (size_t)ith * J->stride;
     for (int64_t h = lo; h < hi; h++) {
-        if (J->p.chunk > 0) gdn_head_chunked(J, (int)h, ws);
+        if (J->ck) gdn_head_recurrent_ck(J, (int)h, ws);
+        else if (J->p.chunk > 0) gdn_head_chunked(J, (int)h, ws);
         else gdn_head_recurrent(J, (int)h, ws);
     }
 }
@@ -249,6 +296,17 @@ void cpu_gated_delta(backend *b, const float *q, const float *k, const float *v,
     /* per-thread scratch, rounded to 64 bytes so threads never share a cache line */
     size_t floats = p->chunk > 0 ? gdn_chunk_floats(p) : (size_t)p->d_k;
     J.stride = (floats + 15) / 16 * 16;
+    J.scratch = cpu_backend_scratch(b, J.stride * sizeof(float) * (size_t)b->n_threads);
+    backend_cpu_parallel(b, gdn_task, &J);
+}
+
+void cpu_gated_delta_ck(backend *b, const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *state, const gdn_params *p, float *out, float *ck,
+                        size_t ck_stride) {
+    gdn_job J = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .state = state, .out = out, .ck = ck,
+                 .ck_stride = ck_stride, .p = *p};
+    J.p.chunk = 0;
+    J.stride = ((size_t)p->n_tok * (size_t)p->d_k + 15) / 16 * 16; /* the tokens' scaled q */
     J.scratch = cpu_backend_scratch(b, J.stride * sizeof(float) * (size_t)b->n_threads);
     backend_cpu_parallel(b, gdn_task, &J);
 }

@@ -13,6 +13,10 @@ void cpu_conv1d_silu(backend *b, const float *x, int n, int channels, const floa
                      float *state, float *y);
 void cpu_gated_delta(backend *b, const float *q, const float *k, const float *v, const float *g,
                      const float *beta, float *state, const gdn_params *p, float *out);
+/* backend.h gated_delta_ck */
+void cpu_gated_delta_ck(backend *b, const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *state, const gdn_params *p, float *out, float *ck,
+                        size_t ck_stride);
 void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim);
 void cpu_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
                    int n, int n_head);
