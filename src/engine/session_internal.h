@@ -42,5 +42,4 @@ void session_set_position(sluice_session *s, int pos, const float *logits);
 bool spec_policy_drafts(session_spec *sp);
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds);
 
-
 #endif
