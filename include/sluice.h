@@ -268,13 +268,19 @@ typedef struct sluice_spec_stats {
     uint64_t drafted;   /* draft tokens proposed */
     uint64_t accepted;  /* of them, accepted */
     uint64_t plain;     /* of the steps, those the adaptive policy took without drafts */
+    uint64_t shadowed;  /* of the plain steps, those that made one draft beside the token and
+                         * checked it (acceptance measured without verifying; not in drafted) */
+    uint64_t shadow_hits; /* of their drafts, those that equalled the token that followed */
 } sluice_spec_stats;
 
 /* How steps choose their drafts. SLUICE_SPEC_ADAPTIVE (the default) drafts only while it pays:
  * every step is timed, and while drafted steps give fewer tokens per second than plain ones
  * (low acceptance, or a verification pass that reads many more experts than one token does),
- * steps go without drafts for a pause (8 steps, doubling to 128 while drafting keeps losing),
- * after which one drafted step measures again. SLUICE_SPEC_ALWAYS drafts n_draft every step.
+ * steps go without drafts for a pause (8 steps, doubling to 128 while drafting keeps losing).
+ * The session's first steps and each pause's last two are shadow steps (one draft made and
+ * checked beside a plain step, no verification); where none of their drafts hits, a longer
+ * pause follows at once, else drafted steps measure again. SLUICE_SPEC_ALWAYS drafts n_draft
+ * every step.
  * The tokens and logits are the same either way; only the speed and the stats differ. */
 typedef enum { SLUICE_SPEC_ADAPTIVE = 0, SLUICE_SPEC_ALWAYS = 1 } sluice_spec_policy;
 void sluice_session_set_spec_policy(sluice_session *session, sluice_spec_policy policy);

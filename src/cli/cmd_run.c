@@ -216,9 +216,9 @@ int cmd_run(int argc, char **argv) {
             n_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen,
             t_gen > 0 ? n_gen / t_gen : 0.0);
     if (mtp > 0)
-        fprintf(stderr, "sluice: MTP %d drafts/step (%s): %llu steps (%llu plain), %llu of %llu drafts accepted (%.1f%%)\n",
+        fprintf(stderr, "sluice: MTP %d drafts/step (%s): %llu steps (%llu plain, %llu shadow), %llu of %llu drafts accepted (%.1f%%)\n",
                 mtp, mtp_always ? "every step" : "adaptive", (unsigned long long)ss.steps,
-                (unsigned long long)ss.plain, (unsigned long long)ss.accepted,
+                (unsigned long long)ss.plain, (unsigned long long)ss.shadowed, (unsigned long long)ss.accepted,
                 (unsigned long long)ss.drafted,
                 ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0);
     rc = 0;

@@ -20,11 +20,16 @@ typedef struct session_spec {
     sluice_draft_fn hook;    /* sluice_session_set_draft_hook (tests, measurements) */
     void *hook_ctx;
     /* the adaptive policy (engine/speculative.c): the last drafted and plain steps, the plain
-     * steps left in the current pause, the length of the next pause, and whether a drafted step
-     * has run (the first is not measured: it pays one-time costs) */
+     * steps left in the current pause, the length of the next pause, whether a drafted step
+     * has run (the first is not measured: it pays one-time costs), whether the session's
+     * opening probe was set, whether a pause (or that probe) has just ended, the shadow drafts
+     * made since the last judgement and how many of them hit, and the cost of a drafted step
+     * in plain steps where the last judgement found drafting losing (else 0) */
     spec_window drafted, plain;
     int pause, backoff;
-    bool warm;
+    bool warm, begun, probed;
+    int shadows, shadow_hits;
+    double cost;
     bool always; /* SLUICE_SPEC_ALWAYS */
 } session_spec;
 
@@ -37,9 +42,17 @@ session_spec *session_spec_of(sluice_session *s);
  * none). The model's own state must already match (arch spec_keep). */
 void session_set_position(sluice_session *s, int pos, const float *logits);
 
-/* The adaptive draft policy (engine/speculative.c), apart for its tests: whether this step
- * drafts (it counts the step against a pause), and the account of a step just taken. */
-bool spec_policy_drafts(session_spec *sp);
+/* The adaptive draft policy (engine/speculative.c), apart for its tests: what this step does
+ * (it counts the step against a pause), the account of a step just taken (a shadow step's as
+ * plain, its draft's time left out), and whether a shadow step's draft hit. */
+typedef enum spec_choice {
+    SPEC_PLAIN,  /* one token, no draft */
+    SPEC_SHADOW, /* one token, and one draft made beside it and checked against the token that
+                  * follows: acceptance measured without a verification pass */
+    SPEC_DRAFT   /* drafts, verified in one pass */
+} spec_choice;
+spec_choice spec_policy_choose(session_spec *sp, int n_draft);
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds);
+void spec_policy_shadow(session_spec *sp, bool hit);
 
 #endif

@@ -50,12 +50,12 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * one: step-timelines.txt there), so a judgement takes SPEC_JUDGE = 5 drafted steps, whose
  * median a pair cannot move.
  *
- * Drafting is judged once SPEC_JUDGE drafted steps are measured: the first steps draft, then one
- * plain step measures the plain cost, then a step drafts while the drafted rate is at least the
- * plain one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long, doubling up to
- * SPEC_PAUSE_MAX while drafting keeps losing; its end forgets the drafted steps (stale), so the
- * next SPEC_JUDGE steps draft and are judged afresh. With drafts that never hit, at most
- * SPEC_JUDGE steps in SPEC_PAUSE_MAX + SPEC_JUDGE draft. A session's first drafted step is not
+ * Drafting is judged once SPEC_JUDGE drafted steps are measured: the steps draft until then
+ * (after the session's opening shadow steps, below, which also measure the plain cost; where
+ * no plain step has been measured, one is taken), then a step drafts while the drafted rate is
+ * at least the plain one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long,
+ * doubling up to SPEC_PAUSE_MAX while drafting keeps losing; its end forgets the drafted steps
+ * (stale), so the next SPEC_JUDGE steps draft and are judged afresh. A session's first drafted step is not
  * measured: it pays one-time costs (the first pass of several tokens with every row's logits,
  * the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the 8-layer
  * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md).
@@ -65,9 +65,23 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * none gave more than one token, a pause begins at once and the next is four times as long
  * (not twice). On the centred 8-layer qwen4exp file (acceptance 0%: its MTP block is as random
  * as the trunk) the timed rule drafted 21 of 128 steps and lost 9-12% against plain decoding
- * (bench/results/2026-12-03-synth-centred.md). */
+ * (bench/results/2026-12-03-synth-centred.md).
+ *
+ * Nor does acceptance need a verification pass: a shadow step is a plain step that also makes
+ * one draft (a draft pass, 0.1-0.15 of a plain step on that file, against a drafted step's 1.4-2)
+ * and checks it against the token the step then computes. The session opens with
+ * SPEC_SHADOW_JUDGE shadow steps, and every pause ends with as many; when none of them hit, the
+ * next pause begins at once (four times as long, as for missed drafts), so drafts that never
+ * hit cost shadow steps only, never a verification. When one hits, drafting is judged afresh by
+ * drafted steps as above, unless the last judgement found a drafted step costing more than
+ * n_draft + 1 plain steps: then it cannot pay at any acceptance, and the pause doubles without
+ * a judgement until it reaches SPEC_PAUSE_MAX (the cost may have changed by then: a streamed
+ * model's cache). On the centred 8-layer file streamed with its cache at the floor, a drafted
+ * step of one draft took 81-88 ms against 43 ms for a plain one (it reads two tokens' experts
+ * and the MTP layer's), a shadow step 49 ms. */
 #define SPEC_JUDGE 5
 #define SPEC_MISS_JUDGE 2
+#define SPEC_SHADOW_JUDGE 2
 #define SPEC_PAUSE_MIN 8
 #define SPEC_PAUSE_MAX 128
 
@@ -78,41 +92,72 @@ static void spec_window_add(spec_window *w, int tokens, double seconds) {
     if (w->n < SPEC_WINDOW) w->n++;
 }
 
-/* Tokens per second: mean tokens over the median time (the lower middle of an even count). */
-static double spec_window_rate(const spec_window *w) {
+/* The median step time (the lower middle of an even count). */
+static double spec_window_median(const spec_window *w) {
     double t[SPEC_WINDOW];
-    int tokens = 0;
     for (int i = 0; i < w->n; i++) {
         double v = w->sec[i];
         int j = i;
         for (; j > 0 && t[j - 1] > v; j--) t[j] = t[j - 1];
         t[j] = v;
-        tokens += w->tok[i];
     }
-    return (double)tokens / (double)w->n / t[(w->n - 1) / 2];
+    return t[(w->n - 1) / 2];
 }
 
-bool spec_policy_drafts(session_spec *sp) {
-    if (sp->always) return true;
+/* Tokens per second: mean tokens over the median time. */
+static double spec_window_rate(const spec_window *w) {
+    int tokens = 0;
+    for (int i = 0; i < w->n; i++) tokens += w->tok[i];
+    return (double)tokens / (double)w->n / spec_window_median(w);
+}
+
+/* A pause of plain steps, ending in SPEC_SHADOW_JUDGE shadow steps; this step is its first.
+ * grow: how much longer the next one is (4 where drafts did not hit, else 2). */
+static spec_choice spec_pause(session_spec *sp, int n_draft, int grow) {
+    const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN;
+    sp->backoff = grow * len < SPEC_PAUSE_MAX ? grow * len : SPEC_PAUSE_MAX;
+    sp->pause = len; /* > SPEC_SHADOW_JUDGE: this first step is plain */
+    sp->shadows = sp->shadow_hits = 0;
+    return spec_policy_choose(sp, n_draft);
+}
+
+spec_choice spec_policy_choose(session_spec *sp, int n_draft) {
+    if (sp->always) return SPEC_DRAFT;
+    if (!sp->begun) { /* the session opens with its shadow steps */
+        sp->begun = true;
+        sp->pause = SPEC_SHADOW_JUDGE;
+    }
     if (sp->pause > 0) {
-        if (--sp->pause == 0) sp->drafted.n = sp->drafted.next = 0; /* judged afresh */
-        return false;
+        const bool shadow = sp->pause <= SPEC_SHADOW_JUDGE;
+        if (--sp->pause == 0) sp->probed = true;
+        return shadow ? SPEC_SHADOW : SPEC_PLAIN;
+    }
+    if (sp->probed) { /* a pause has ended: its shadows decide whether drafting is judged again */
+        sp->probed = false;
+        const bool none_hit = sp->shadows >= SPEC_SHADOW_JUDGE && sp->shadow_hits == 0;
+        sp->shadows = sp->shadow_hits = 0;
+        if (none_hit) return spec_pause(sp, n_draft, 4);
+        if (sp->cost > n_draft + 1 && sp->backoff < SPEC_PAUSE_MAX) return spec_pause(sp, n_draft, 2);
+        sp->drafted.n = sp->drafted.next = 0; /* judged afresh */
+        sp->cost = 0.0;
     }
     bool missed = sp->drafted.n >= SPEC_MISS_JUDGE; /* every measured draft missed */
     for (int i = 0; missed && i < sp->drafted.n; i++) missed = sp->drafted.tok[i] <= 1;
     if (!missed) {
-        if (sp->drafted.n < SPEC_JUDGE) return true;
-        if (sp->plain.n == 0) return false; /* one plain step, for its cost */
+        if (sp->drafted.n < SPEC_JUDGE) return SPEC_DRAFT;
+        if (sp->plain.n == 0) return SPEC_PLAIN; /* one plain step, for its cost */
         if (spec_window_rate(&sp->drafted) >= spec_window_rate(&sp->plain)) {
             sp->backoff = 0; /* it pays (again) */
-            return true;
+            return SPEC_DRAFT;
         }
+        sp->cost = spec_window_median(&sp->drafted) / spec_window_median(&sp->plain);
     }
-    const int len = sp->backoff > 0 ? sp->backoff : SPEC_PAUSE_MIN, grow = missed ? 4 : 2;
-    sp->backoff = grow * len < SPEC_PAUSE_MAX ? grow * len : SPEC_PAUSE_MAX;
-    sp->pause = len - 1; /* this step is the pause's first */
-    if (sp->pause == 0) sp->drafted.n = sp->drafted.next = 0;
-    return false;
+    return spec_pause(sp, n_draft, missed ? 4 : 2);
+}
+
+void spec_policy_shadow(session_spec *sp, bool hit) {
+    sp->shadows++;
+    sp->shadow_hits += hit;
 }
 
 void spec_policy_account(session_spec *sp, bool drafted, int tokens, double seconds) {
@@ -179,16 +224,32 @@ int sluice_session_spec_step(sluice_session *s, int n_draft, int max_tokens, int
     int32_t batch[64 + 1];
     if (N > 64) N = 64;
     batch[0] = sluice_argmax(last, V);
-    const double t0 = spec_now();
-    if (N > 0 && !spec_policy_drafts(sp)) { /* a plain step (the MTP block still follows) */
+    double t0 = spec_now();
+    const spec_choice c = N > 0 ? spec_policy_choose(sp, N) : SPEC_DRAFT;
+    if (c != SPEC_DRAFT) { /* a plain step (the MTP block still follows) */
+        int32_t shadow = -1;   /* a shadow step's draft of the token after batch[0] */
+        const double ts = t0;
+        if (c == SPEC_SHADOW) {
+            if (a->mtp_draft(m, st, be, batch[0], pos, 1, &shadow) != 0) return -1;
+            if (sp->hook) shadow = sp->hook(sp->hook_ctx, pos + 1, shadow);
+            t0 = spec_now(); /* the plain cost is the pass's alone */
+        }
         if (sluice_session_eval(s, batch, 1, NULL) != 0) return -1;
         spec_policy_account(sp, false, 1, spec_now() - t0);
-        if (spec_trace()) fprintf(stderr, "spec: plain step %.2f ms\n", 1e3 * (spec_now() - t0));
+        const bool hit = c == SPEC_SHADOW && sluice_argmax(sluice_session_logits(s), V) == shadow;
+        if (c == SPEC_SHADOW) spec_policy_shadow(sp, hit);
+        if (spec_trace() && c == SPEC_SHADOW)
+            fprintf(stderr, "spec: shadow step %.2f ms (draft %.2f ms, %s)\n", 1e3 * (spec_now() - ts),
+                    1e3 * (t0 - ts), hit ? "hit" : "missed");
+        else if (spec_trace())
+            fprintf(stderr, "spec: plain step %.2f ms\n", 1e3 * (spec_now() - t0));
         fed[0] = batch[0];
         if (logits) memcpy(logits, sluice_session_logits(s), (size_t)V * sizeof(float));
         if (stats) {
             stats->steps++;
             stats->plain++;
+            stats->shadowed += c == SPEC_SHADOW;
+            stats->shadow_hits += hit;
         }
         return 1;
     }

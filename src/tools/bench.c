@@ -298,6 +298,8 @@ static int do_run(run_ctx *c, const int32_t *prompt, int p, int n_gen, bool meas
     r->spec_drafted = ss.drafted;
     r->spec_accepted = ss.accepted;
     r->spec_plain = ss.plain;
+    r->spec_shadowed = ss.shadowed;
+    r->spec_shadow_hits = ss.shadow_hits;
     r->peak_rss = machine_peak_rss();
     r->peak_rss_per_run = per_run;
     r->n_prompt = p;

@@ -70,6 +70,7 @@ typedef struct bench_run {
     double read_amplification;                       /* bytes read / unique_expert_bytes */
     uint64_t spec_steps, spec_drafted, spec_accepted; /* MTP: steps, drafts, accepted */
     uint64_t spec_plain;                              /* MTP: steps the policy took plain */
+    uint64_t spec_shadowed, spec_shadow_hits;         /* MTP: of those, shadow steps; their hits */
     char logits_sha[65], tokens_sha[65];
     char logits_file[512], tokens_file[512];
 } bench_run;

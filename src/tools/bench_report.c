@@ -68,17 +68,20 @@ void bench_print_markdown(FILE *out, const sluice_model *m, const bench_params *
         i = j;
     }
     if (bp->mtp > 0) { /* speculative decoding: how many drafts the trunk accepted */
-        uint64_t steps = 0, drafted = 0, accepted = 0, plain = 0;
+        uint64_t steps = 0, drafted = 0, accepted = 0, plain = 0, shadowed = 0, shadow_hits = 0;
         for (int i = 0; i < res->n_runs; i++) {
             steps += res->runs[i].spec_steps;
             drafted += res->runs[i].spec_drafted;
             accepted += res->runs[i].spec_accepted;
             plain += res->runs[i].spec_plain;
+            shadowed += res->runs[i].spec_shadowed;
+            shadow_hits += res->runs[i].spec_shadow_hits;
         }
-        fprintf(out, "\nMTP %d drafts/step (%s): %llu steps (%llu plain), %llu drafted, %llu accepted "
-                     "(acceptance %.1f%%, %.2f tokens/step)\n",
+        fprintf(out, "\nMTP %d drafts/step (%s): %llu steps (%llu plain, %llu of them shadow steps, %llu "
+                     "hits), %llu drafted, %llu accepted (acceptance %.1f%%, %.2f tokens/step)\n",
                 bp->mtp, bp->mtp_always ? "every step" : "adaptive", (unsigned long long)steps,
-                (unsigned long long)plain, (unsigned long long)drafted, (unsigned long long)accepted,
+                (unsigned long long)plain, (unsigned long long)shadowed, (unsigned long long)shadow_hits,
+                (unsigned long long)drafted, (unsigned long long)accepted,
                 drafted ? 100.0 * (double)accepted / (double)drafted : 0.0,
                 steps ? (double)(steps + accepted) / (double)steps : 0.0);
     }
@@ -204,10 +207,12 @@ char *bench_json(const sluice_model *m, const bench_params *bp, const bench_resu
             "unique_expert_bytes", (json_int_t)r->unique_expert_bytes,
             "evidence", ev);
         if (bp->mtp > 0)
-            json_object_set_new(run, "mtp", json_pack("{s:i,s:s,s:I,s:I,s:I,s:I}", "drafts", bp->mtp,
+            json_object_set_new(run, "mtp", json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "drafts", bp->mtp,
                                                       "policy", bp->mtp_always ? "always" : "adaptive",
                                                       "steps", (json_int_t)r->spec_steps,
                                                       "plain_steps", (json_int_t)r->spec_plain,
+                                                      "shadow_steps", (json_int_t)r->spec_shadowed,
+                                                      "shadow_hits", (json_int_t)r->spec_shadow_hits,
                                                       "drafted", (json_int_t)r->spec_drafted,
                                                       "accepted", (json_int_t)r->spec_accepted));
         json_array_append_new(runs, run);
