@@ -13,16 +13,7 @@ R=${1:-3}; N=${2:-128}; shift 2 || shift $#
 CONFIGS=${CONFIGS:-"plain|--mtp 1 --mtp-accept 0.53|--mtp 1 --mtp-accept 0.756|--mtp 1 --mtp-accept 0.97|--mtp 2 --mtp-accept 0.756|--mtp 2 --mtp-accept 0.97|--mtp 3 --mtp-accept 0.97"}
 run() { # args...
     "$BIN" bench -m "$M" ${MODE:---resident} --prompt-file "$PROMPT" -p 48 -n "$N" -r "${REPS:-1}" -t 2 --json "$@" 2>/dev/null |
-        python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-r = d["runs"][-1]
-m = r.get("mtp")
-extra = ""
-if m:
-    acc = 100.0 * m["accepted"] / m["drafted"] if m["drafted"] else 0.0
-    extra = " steps %d (plain %d) drafted %d accepted %d (%.1f%%)" % (m["steps"], m["plain_steps"], m["drafted"], m["accepted"], acc)
-print("decode %6.2f t/s tokens %s logits %s%s" % (r["decode_tps"], r["evidence"]["tokens_sha256"][:12], r["evidence"]["logits_sha256"][:12], extra))'
+        python3 "$(dirname "$0")/summary.py"
 }
 for i in $(seq "$R"); do
     IFS='|' read -ra cfgs <<< "$CONFIGS"

@@ -13,16 +13,7 @@ CONFIGS=${CONFIGS:-"--mtp 1 --mtp-accept 0|--mtp 1 --mtp-accept 0.756|--mtp 1 --
 run() { # BIN args...
     local bin=$1; shift
     "$bin" bench -m "$M" ${MODE:---resident} --prompt-file "$PROMPT" -p 48 -n "$N" -r "${REPS:-1}" -t 2 --json "$@" 2>/dev/null |
-        python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-r = d["runs"][-1]
-m = r.get("mtp")
-extra = ""
-if m:
-    acc = 100.0 * m["accepted"] / m["drafted"] if m["drafted"] else 0.0
-    extra = " steps %d (plain %d, shadow %d) drafted %d accepted %d (%.1f%%)" % (m["steps"], m["plain_steps"], m.get("shadow_steps", 0), m["drafted"], m["accepted"], acc)
-print("decode %6.2f t/s tokens %s logits %s%s" % (r["decode_tps"], r["evidence"]["tokens_sha256"][:12], r["evidence"]["logits_sha256"][:12], extra))'
+        python3 "$(dirname "$0")/../2026-12-04-mtp-accept/summary.py"
 }
 for i in $(seq "$R"); do
     printf '%-34s ' plain; run "$NEW"
