@@ -4,10 +4,11 @@
 # development VM of: sluice and ngram_stall (CPU build of the commit the record names),
 # iolog_replay (bench/stream/iolog_replay.c) and lib/ (liburing, libjansson, libmicrohttpd,
 # libpcre2 of that VM), since the H200 machine has none of them installed.
-OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
-C=$PWD/cpu-bin; mkdir -p "$C" && tar xJf "${CPU_ARCHIVE:-cpu.tar.xz}" -C "$C"
+# Scratch (the binaries, the model, the default output) lives under bench/tmp/ (gitignored).
+OUT=${OUT:-$PWD/bench/tmp/h200-out}; mkdir -p "$OUT"
+C=$PWD/bench/tmp/h200-cpu-bin; mkdir -p "$C" && tar xJf "${CPU_ARCHIVE:-cpu.tar.xz}" -C "$C"
 export LD_LIBRARY_PATH=$C/lib
-W=$PWD/work; mkdir -p "$W"
+W=$PWD/bench/tmp/h200-models; mkdir -p "$W"
 P=$PWD/bench/results/2026-11-29-qwen4exp-8l-stream-8g/prompts/long4k.txt
 M=$W/q4x8l-Q2_0.gguf
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "cannot drop the page cache" >&2; }
