@@ -55,10 +55,10 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * no plain step has been measured, one is taken), then a step drafts while the drafted rate is
  * at least the plain one. Otherwise a pause of plain steps begins, SPEC_PAUSE_MIN long,
  * doubling up to SPEC_PAUSE_MAX while drafting keeps losing; its end forgets the drafted steps
- * (stale), so the next SPEC_JUDGE steps draft and are judged afresh. A session's first drafted step is not
- * measured: it pays one-time costs (the first pass of several tokens with every row's logits,
- * the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the 8-layer
- * qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md).
+ * (stale), so the next SPEC_JUDGE steps draft and are judged afresh. A session's first drafted
+ * step is not measured: it pays one-time costs (the first pass of several tokens with every
+ * row's logits, the drafts' first touches; 116-159 ms against 74-93 ms for the next ones on the
+ * 8-layer qwen4exp file, bench/results/2026-12-02-cpu-q2-0-lanes.md).
  *
  * Drafts that never hit need no clock: a drafted step that accepts nothing gives the one token
  * a plain step gives, for more work. So once SPEC_MISS_JUDGE drafted steps are measured and
@@ -68,7 +68,7 @@ void sluice_session_set_spec_policy(sluice_session *s, sluice_spec_policy policy
  * (bench/results/2026-12-03-synth-centred.md).
  *
  * Nor does acceptance need a verification pass: a shadow step is a plain step that also makes
- * one draft (a draft pass, 0.1-0.15 of a plain step on that file, against a drafted step's 1.4-2)
+ * one draft (a draft pass, 0.1-0.3 of a plain step on that file, against a drafted step's 1.4-2)
  * and checks it against the token the step then computes. The session opens with
  * SPEC_SHADOW_JUDGE shadow steps, and every pause ends with as many; when none of them hit, the
  * next pause begins at once (four times as long, as for missed drafts), so drafts that never
