@@ -527,6 +527,8 @@ int main(void) {
     kernel_isa best = kernel_isa_best();
     printf("best level: %s, AMX %s, upper-state check %s\n", kernel_isa_name(best),
            kernel_amx_usable() ? "usable" : "not usable", xinuse_ok ? "on (XINUSE)" : "off");
+    /* no level above the CPU's (or SLUICE_ISA's) registered: its code would be a SIGILL there */
+    CHECK(kernel_isa_registered() == best);
     for (int l = 0; l <= (int)best; l++) {
         kernel_isa isa = kernel_isa_force((kernel_isa)l);
         CHECK(isa == (kernel_isa)l);

@@ -17,6 +17,7 @@
 static kernel_set sets[KERNEL_ISA_COUNT];
 static kernel_isa best_isa = KERNEL_ISA_SCALAR;
 static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
+static kernel_isa registered_isa = KERNEL_ISA_SCALAR; /* the highest level whose own kernels were registered */
 bool kernels_amx_granted; /* kernels.h */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -97,23 +98,36 @@ static void init(void) {
     s->update_dot = kernel_update_dot_ref;
     s->conv_taps = kernel_conv_taps_ref;
     detect();
+    /* SLUICE_ISA names a lower level: the process then behaves as on a CPU that has no more
+     * (the levels above are never registered), so an AVX-512 machine tests the AVX2 build's
+     * start-up and whole-model paths (tests/models: the fixture_avx2_* twins) */
+    const char *env = getenv("SLUICE_ISA");
+    if (env) {
+        for (int l = 0; l < KERNEL_ISA_COUNT; l++)
+            if (strcmp(env, kernel_isa_name((kernel_isa)l)) == 0 && l < (int)best_isa) best_isa = (kernel_isa)l;
+    }
+    if (best_isa < KERNEL_ISA_AVX512) kernels_amx_granted = false; /* its tiles are AVX-512 code */
 #if defined(__x86_64__)
+    /* A level's registration runs only where the CPU has it: its translation unit is compiled
+     * for that level, and the compiler may use the level's instructions anywhere in it, the
+     * registration function included (on an AVX2-only CPU that was a SIGILL at start-up). The
+     * levels above the best stay copies of it, never selected. */
     sets[KERNEL_ISA_AVX2] = sets[KERNEL_ISA_SCALAR];
-    kernels_register_avx2(&sets[KERNEL_ISA_AVX2]);
+    if (best_isa >= KERNEL_ISA_AVX2) {
+        kernels_register_avx2(&sets[KERNEL_ISA_AVX2]);
+        registered_isa = KERNEL_ISA_AVX2;
+    }
     sets[KERNEL_ISA_AVX512] = sets[KERNEL_ISA_AVX2];
-    kernels_register_avx512(&sets[KERNEL_ISA_AVX512]);
+    if (best_isa >= KERNEL_ISA_AVX512) {
+        kernels_register_avx512(&sets[KERNEL_ISA_AVX512]);
+        registered_isa = KERNEL_ISA_AVX512;
+    }
 #else
     for (int l = 1; l < KERNEL_ISA_COUNT; l++) sets[l] = sets[0];
 #endif
     cur_isa = best_isa;
     const char *l2 = getenv("SLUICE_TILE_L2_KB");
     if (l2) kernel_tile_l2_bytes = (size_t)strtoul(l2, NULL, 10) << 10;
-    const char *env = getenv("SLUICE_ISA");
-    if (env) {
-        for (int l = 0; l < KERNEL_ISA_COUNT; l++)
-            if (strcmp(env, kernel_isa_name((kernel_isa)l)) == 0 && l < (int)best_isa)
-                cur_isa = (kernel_isa)l;
-    }
 }
 
 static void ensure_init(void) { pthread_once(&init_once, init); }
@@ -130,6 +144,11 @@ const char *kernel_isa_name(kernel_isa isa) {
 kernel_isa kernel_isa_best(void) {
     ensure_init();
     return best_isa;
+}
+
+kernel_isa kernel_isa_registered(void) {
+    ensure_init();
+    return registered_isa;
 }
 
 kernel_isa kernel_isa_current(void) {

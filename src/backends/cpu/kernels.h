@@ -173,13 +173,16 @@ bool kernel_tile_is_amx(const kernel_tile *t);
 extern bool kernels_amx_granted;
 
 const char *kernel_isa_name(kernel_isa isa);
-/* The best level this CPU and OS support. */
+/* The best level this CPU and OS support (at most SLUICE_ISA's, where that names a lower one:
+ * the process then acts as on a CPU without the levels above). */
 kernel_isa kernel_isa_best(void);
+/* The highest level whose own kernels were registered: kernel_isa_best() (tests/unit/test_kernels.c
+ * holds it to that; a level above the CPU's is never registered). */
+kernel_isa kernel_isa_registered(void);
 /* The level in use. */
 kernel_isa kernel_isa_current(void);
 /* Use a lower level (tests and benchmarks); clamped to kernel_isa_best(). Returns the level now
- * in use. Not to be called while other threads run kernels. SLUICE_ISA=scalar|avx2|avx512 in
- * the environment sets the starting level the same way. */
+ * in use. Not to be called while other threads run kernels. */
 kernel_isa kernel_isa_force(kernel_isa isa);
 
 /* Dot product for weights of this type against activations in its act_type (NULL: no codec). */
