@@ -9,6 +9,9 @@
 
 #include "backends/cpu/kernels_x86.inc"
 
-void kernels_register_avx2(kernel_set *ks) { kx_register_common(ks); }
+void kernels_register_avx2(kernel_set *ks) {
+    kx_register_common(ks);
+    kernels_register_avx2_krows(ks); /* the K-quants' products: eight rows a reduction */
+}
 
 #endif

@@ -1,0 +1,227 @@
+/* Q4_K, Q5_K and Q6_K products on AVX2 (no AVX-512): eight weight rows in the lanes of one
+ * reduction, each row's super-block decoded once for up to four tokens.
+ *
+ * Why: on a CPU without AVX-512 (a Zen 1 EPYC VM, 2026-12-04) every K-quant product ran the
+ * one-row dot of kernels_x86.inc once per row and token. That dot ends each super-block with two
+ * horizontal sums and scalar float steps, and decodes the row again for every token: one token
+ * of Q4_K read 6.7 GB/s on two threads where the memory gives 17-18, and sluice decoded the
+ * 30B-A3B shape at 0.73x and prefilled it at 0.57x of llama.cpp's AVX2 build
+ * (bench/results/2026-12-04-cpu-avx2.md). Here the eight rows' per-lane partial sums meet in
+ * one tree of horizontal adds (10 instructions for eight rows where the dot spent about 7 on
+ * each), the float steps run on eight rows at once, and the scales and codes of a row's
+ * super-block serve up to four tokens.
+ *
+ * Exactness (the references are quant_dot_q4_k / _q5_k / _q6_k in formats/quant_kquants.c):
+ * per super-block the exact integers isum = sum over sub-blocks of scale * sum(q * a) (Q6_K with
+ * q + 32 and the "- 32" taken off as 32 * sum(scale * 16-value activation sums)) and, for Q4_K /
+ * Q5_K, summs = sum of min * (32-value activation sums); then sum = sum + ((d * da) * isum
+ * [- (dmin * da) * summs]), the reference's float steps in its order, a row's super-blocks one
+ * after the other. maddubs's pair sums stay below 2^15 (2 * 63 * 127), as in the dot. Compiled
+ * with the AVX2 level's flags (CMakeLists.txt); registered by kernels_register_avx2 and replaced
+ * at the AVX-512 level by its own tiles. */
+#if defined(__x86_64__)
+
+#include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
+
+#include "backends/cpu/kernels.h"
+
+#define QK 256
+#define Q8K_BYTES 292 /* d:f32 | 256 int8 | 16 int16 sums of 16 */
+#define A2_ROWS 8     /* rows in the lanes of one reduction */
+#define A2_TOKS 4     /* tokens per pass over a group of rows */
+
+enum { A2_Q4_K, A2_Q5_K, A2_Q6_K };
+static const int a2_bytes[] = {144, 176, 210};
+
+/* The packed activations are the Q8_K rows themselves, one after the other. */
+static size_t a2_packed_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)(n / QK) * Q8K_BYTES; }
+
+static void a2_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
+    (void)toks;
+    const size_t row = (size_t)(n / QK) * Q8K_BYTES;
+    for (int t = t0; t < t1; t++) memcpy((uint8_t *)dst + (size_t)t * row, (const uint8_t *)a + (size_t)t * a_stride, row);
+}
+
+/* Eight vectors' eight lanes each summed: lane r of the result is the sum of v[r]. */
+static inline __m256i a2_reduce8(const __m256i v[A2_ROWS]) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    /* [r0 r1 r2 r3 | r0 r1 r2 r3] of each half of the rows' lanes */
+    const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+/* Row x's super-block against tn tokens' Q8_K blocks (y[t]): isum[t]'s lanes sum to the exact
+ * isum; summs[t]'s (Q4_K / Q5_K) to summs. */
+static inline __attribute__((always_inline)) void a2_block(const int kind, const uint8_t *x, const uint8_t *const y[A2_TOKS],
+                                                          const int tn, __m256i isum[A2_TOKS], __m256i summs[A2_TOKS]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int t = 0; t < tn; t++) isum[t] = _mm256_setzero_si256();
+    if (kind == A2_Q6_K) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        const __m256i sc = _mm256_cvtepi8_epi16(ldu128(x + 192)); /* the sixteen scales as words */
+        const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                             2, 3, 2, 3, 2, 3, 2, 3);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+            __m256i u[4];
+            u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * h + k; /* 32 values: scales 2j (first 16) and 2j + 1 */
+                const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)), dup);
+                for (int t = 0; t < tn; t++)
+                    isum[t] = _mm256_add_epi32(isum[t],
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], ldu(y[t] + 4 + 32 * j)), s));
+            }
+        }
+        /* - 32 * sum(scale * 16-value sums) */
+        for (int t = 0; t < tn; t++)
+            isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), sc), 5));
+        return;
+    }
+    const __m256i s16 = k4_scales16(x + 4); /* words 0..7 scales, 8..15 mins */
+    /* the mins as word pairs [m_j, m_j]: the 16-value sums 2j and 2j + 1 take min j */
+    __m256i mins = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(s16, 1));
+    mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16));
+    for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
+    const int qs = kind == A2_Q4_K ? 16 : 48;
+    const __m256i hb = kind == A2_Q5_K ? ldu(x + 16) : _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi8(1);
+    /* word k of every lane: scale k */
+    const __m256i scl = _mm256_permute2x128_si256(s16, s16, 0x00);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = ldu(x + qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (kind == A2_Q5_K) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+        }
+        /* scales 2c and 2c + 1 in every word (word pairs 2c / 2c + 1 of the low lane, broadcast) */
+        const __m256i sl = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+        const __m256i sh = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+        for (int t = 0; t < tn; t++) {
+            const uint8_t *a = y[t] + 4 + 64 * c;
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ldu(a)), sl));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ldu(a + 32)), sh));
+        }
+    }
+}
+
+/* The d (Q6_K: at byte 208) and, for Q4_K / Q5_K, dmin (byte 2) of super-block b of eight rows. */
+static inline void a2_scales(const int kind, const uint8_t *const wr[A2_ROWS], size_t off, __m256 *dw, __m256 *mw) {
+    uint16_t d[A2_ROWS], m[A2_ROWS];
+    const size_t doff = kind == A2_Q6_K ? 208 : 0;
+    for (int r = 0; r < A2_ROWS; r++) {
+        memcpy(&d[r], wr[r] + off + doff, 2);
+        memcpy(&m[r], wr[r] + off + 2, 2);
+    }
+    *dw = _mm256_cvtph_ps(ldu128(d));
+    *mw = _mm256_cvtph_ps(ldu128(m));
+}
+
+/* Rows wr[0..7] (the last repeated past the end of the matrix) against tn tokens, all
+ * super-blocks; acc[t] lane r ends as row r's product with token t. next: the next group's first
+ * row (NULL: none), asked of L2 one super-block ahead of its use. */
+static inline __attribute__((always_inline)) void a2_group(const int kind, int64_t nsb, const uint8_t *const wr[A2_ROWS],
+                                                          const uint8_t *const next[A2_ROWS], const uint8_t *packed,
+                                                          size_t tb, const int tn, __m256 acc[A2_TOKS]) {
+    const int bytes = a2_bytes[kind];
+    for (int t = 0; t < tn; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const size_t off = (size_t)b * (size_t)bytes;
+        const uint8_t *y[A2_TOKS];
+        for (int t = 0; t < A2_TOKS; t++) y[t] = packed + (size_t)(t < tn ? t : 0) * tb + (size_t)b * Q8K_BYTES;
+        __m256i is[A2_TOKS][A2_ROWS], ms[A2_TOKS][A2_ROWS];
+#pragma GCC unroll 8
+        for (int r = 0; r < A2_ROWS; r++) {
+            if (next) { /* the next group's same super-block: 144-210 bytes, three lines at most */
+                const char *p = (const char *)next[r] + off;
+                _mm_prefetch(p, _MM_HINT_T1);
+                _mm_prefetch(p + 64, _MM_HINT_T1);
+                _mm_prefetch(p + 128, _MM_HINT_T1);
+                if (bytes > 192) _mm_prefetch(p + 192, _MM_HINT_T1);
+            }
+            __m256i i4[A2_TOKS], m4v[A2_TOKS];
+            a2_block(kind, wr[r] + off, y, tn, i4, m4v);
+            for (int t = 0; t < tn; t++) {
+                is[t][r] = i4[t];
+                if (kind != A2_Q6_K) ms[t][r] = m4v[t];
+            }
+        }
+        __m256 dw, mw;
+        a2_scales(kind, wr, off, &dw, &mw);
+        for (int t = 0; t < tn; t++) {
+            const __m256 da = _mm256_set1_ps(ld_f32(y[t]));
+            __m256 prod = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(a2_reduce8(is[t])));
+            if (kind != A2_Q6_K)
+                prod = _mm256_sub_ps(prod, _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(a2_reduce8(ms[t]))));
+            acc[t] = _mm256_add_ps(acc[t], prod);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t n, const void *w, size_t w_stride,
+                                                         int rows, const void *packed, int toks, float *out,
+                                                         size_t out_stride) {
+    const int64_t nsb = n / QK;
+    const size_t tb = (size_t)nsb * Q8K_BYTES;
+    /* the tokens in passes whose activations stay in L2 (kernels.h) */
+    const int pass = kernel_tile_pass_units(toks, tb, A2_TOKS, toks > A2_TOKS ? toks : A2_TOKS);
+    for (int p0 = 0; p0 < toks; p0 += pass) {
+        const int p1 = toks - p0 < pass ? toks : p0 + pass;
+        for (int r0 = 0; r0 < rows; r0 += A2_ROWS) {
+            const int nr = rows - r0 < A2_ROWS ? rows - r0 : A2_ROWS;
+            const uint8_t *wr[A2_ROWS], *nx[A2_ROWS];
+            for (int r = 0; r < A2_ROWS; r++) {
+                wr[r] = (const uint8_t *)w + (size_t)(r0 + (r < nr ? r : nr - 1)) * w_stride;
+                const int rn = r0 + A2_ROWS + r < rows ? r0 + A2_ROWS + r : rows - 1;
+                nx[r] = (const uint8_t *)w + (size_t)rn * w_stride;
+            }
+            const bool more = r0 + A2_ROWS < rows;
+            for (int t0 = p0; t0 < p1; t0 += A2_TOKS) {
+                const int tn = p1 - t0 < A2_TOKS ? p1 - t0 : A2_TOKS;
+                const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
+                /* the first pass over the group asks for the next group; later ones find it in cache */
+                const uint8_t *const *pf = more && t0 == p0 ? nx : NULL;
+                __m256 acc[A2_TOKS];
+                switch (tn) {
+                case 1: a2_group(kind, nsb, wr, pf, p, tb, 1, acc); break;
+                case 2: a2_group(kind, nsb, wr, pf, p, tb, 2, acc); break;
+                case 3: a2_group(kind, nsb, wr, pf, p, tb, 3, acc); break;
+                default: a2_group(kind, nsb, wr, pf, p, tb, 4, acc); break;
+                }
+                for (int t = 0; t < tn; t++) {
+                    float v[A2_ROWS];
+                    _mm256_storeu_ps(v, acc[t]);
+                    memcpy(out + (size_t)(t0 + t) * out_stride + r0, v, (size_t)nr * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+#define A2_TILE(NAME, KIND)                                                                             \
+    static void NAME##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks,   \
+                           float *out, size_t os) {                                                      \
+        a2_run(KIND, n, w, ws, rows, packed, toks, out, os);                                             \
+    }                                                                                                    \
+    static const kernel_tile NAME = {a2_packed_bytes, a2_pack, NAME##_run, 1, A2_ROWS};
+A2_TILE(tile_q4_k_a2, A2_Q4_K)
+A2_TILE(tile_q5_k_a2, A2_Q5_K)
+A2_TILE(tile_q6_k_a2, A2_Q6_K)
+
+/* From one token on (min_toks 1); a thread's rows start at a multiple of eight (row_group). */
+void kernels_register_avx2_krows(kernel_set *ks) {
+    ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k_a2;
+    ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k_a2;
+    ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k_a2;
+}
+
+#endif
