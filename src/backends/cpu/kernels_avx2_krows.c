@@ -56,6 +56,7 @@ static inline __m256i a2_reduce8(const __m256i v[A2_ROWS]) {
 static inline __attribute__((always_inline)) void a2_block(const int kind, const uint8_t *x, const uint8_t *const y[A2_TOKS],
                                                           const int tn, __m256i isum[A2_TOKS], __m256i summs[A2_TOKS]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
     for (int t = 0; t < tn; t++) isum[t] = _mm256_setzero_si256();
     if (kind == A2_Q6_K) {
         const __m256i m30 = _mm256_set1_epi8(0x30);
@@ -75,12 +76,14 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
             for (int k = 0; k < 4; k++) {
                 const int j = 4 * h + k; /* 32 values: scales 2j (first 16) and 2j + 1 */
                 const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)), dup);
+#pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t],
                                                _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], ldu(y[t] + 4 + 32 * j)), s));
             }
         }
         /* - 32 * sum(scale * 16-value sums) */
+#pragma GCC unroll 4
         for (int t = 0; t < tn; t++)
             isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), sc), 5));
         return;
@@ -89,6 +92,7 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     /* the mins as word pairs [m_j, m_j]: the 16-value sums 2j and 2j + 1 take min j */
     __m256i mins = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(s16, 1));
     mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16));
+#pragma GCC unroll 4
     for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
     const int qs = kind == A2_Q4_K ? 16 : 48;
     const __m256i hb = kind == A2_Q5_K ? ldu(x + 16) : _mm256_setzero_si256();
@@ -106,6 +110,7 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
         /* scales 2c and 2c + 1 in every word (word pairs 2c / 2c + 1 of the low lane, broadcast) */
         const __m256i sl = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
         const __m256i sh = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+#pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const uint8_t *a = y[t] + 4 + 64 * c;
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ldu(a)), sl));
@@ -133,10 +138,12 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
                                                           const uint8_t *const next[A2_ROWS], const uint8_t *packed,
                                                           size_t tb, const int tn, __m256 acc[A2_TOKS]) {
     const int bytes = a2_bytes[kind];
+#pragma GCC unroll 4
     for (int t = 0; t < tn; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const size_t off = (size_t)b * (size_t)bytes;
         const uint8_t *y[A2_TOKS];
+#pragma GCC unroll 4
         for (int t = 0; t < A2_TOKS; t++) y[t] = packed + (size_t)(t < tn ? t : 0) * tb + (size_t)b * Q8K_BYTES;
         __m256i is[A2_TOKS][A2_ROWS], ms[A2_TOKS][A2_ROWS];
 #pragma GCC unroll 8
@@ -150,6 +157,7 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
             }
             __m256i i4[A2_TOKS], m4v[A2_TOKS];
             a2_block(kind, wr[r] + off, y, tn, i4, m4v);
+#pragma GCC unroll 4
             for (int t = 0; t < tn; t++) {
                 is[t][r] = i4[t];
                 if (kind != A2_Q6_K) ms[t][r] = m4v[t];
@@ -157,6 +165,7 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
         }
         __m256 dw, mw;
         a2_scales(kind, wr, off, &dw, &mw);
+#pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const __m256 da = _mm256_set1_ps(ld_f32(y[t]));
             __m256 prod = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(a2_reduce8(is[t])));
@@ -190,13 +199,14 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
                 const uint8_t *p = (const uint8_t *)packed + (size_t)t0 * tb;
                 /* the first pass over the group asks for the next group; later ones find it in cache */
                 const uint8_t *const *pf = more && t0 == p0 ? nx : NULL;
-                __m256 acc[A2_TOKS];
+                __m256 acc[A2_TOKS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
                 switch (tn) {
                 case 1: a2_group(kind, nsb, wr, pf, p, tb, 1, acc); break;
                 case 2: a2_group(kind, nsb, wr, pf, p, tb, 2, acc); break;
                 case 3: a2_group(kind, nsb, wr, pf, p, tb, 3, acc); break;
                 default: a2_group(kind, nsb, wr, pf, p, tb, 4, acc); break;
                 }
+#pragma GCC unroll 4
                 for (int t = 0; t < tn; t++) {
                     float v[A2_ROWS];
                     _mm256_storeu_ps(v, acc[t]);
