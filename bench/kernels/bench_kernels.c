@@ -450,6 +450,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     backend *be = backend_cpu_new(threads);
+    if (mb < 1) {
+        fprintf(stderr, "bench_kernels: --mb must be at least 1\n");
+        return 2;
+    }
     size_t big = mb << 20;
     uint8_t *buf = aligned_alloc(4096, big);
     if (!buf) return 1;
@@ -488,6 +492,7 @@ int main(int argc, char **argv) {
         double gbs = (double)(rows * row) / best / 1e9;
         /* cache resident: 2 MiB of the same rows, many passes */
         int64_t rows_small = (int64_t)((2u << 20) / row);
+        if (rows_small > rows) rows_small = rows; /* --mb 1: the whole matrix (it and out hold no more) */
         tview ws = w;
         ws.ne[1] = rows_small;
         ws.mat_bytes = row * (size_t)rows_small;
