@@ -48,7 +48,11 @@ static inline __m256i a2_reduce8(const __m256i v[A2_ROWS]) {
     const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
     /* [r0 r1 r2 r3 | r0 r1 r2 r3] of each half of the rows' lanes */
     const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+    /* the halves added in 128 bits and joined by one insert: a lane-crossing vperm2i128 is eight
+     * micro-ops on Zen 1 */
+    const __m128i r03 = _mm_add_epi32(_mm256_castsi256_si128(q0), _mm256_extracti128_si256(q0, 1));
+    const __m128i r47 = _mm_add_epi32(_mm256_castsi256_si128(q1), _mm256_extracti128_si256(q1, 1));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(r03), r47, 1);
 }
 
 /* Row x's super-block against tn tokens' Q8_K blocks (y[t]): isum[t]'s lanes sum to the exact
@@ -88,17 +92,18 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
             isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), sc), 5));
         return;
     }
-    const __m256i s16 = k4_scales16(x + 4); /* words 0..7 scales, 8..15 mins */
+    const __m128i s8 = k4_scales8(x + 4); /* bytes 0..7 scales, 8..15 mins */
     /* the mins as word pairs [m_j, m_j]: the 16-value sums 2j and 2j + 1 take min j */
-    __m256i mins = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(s16, 1));
+    __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(s8, 8));
     mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16));
 #pragma GCC unroll 4
     for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
     const int qs = kind == A2_Q4_K ? 16 : 48;
     const __m256i hb = kind == A2_Q5_K ? ldu(x + 16) : _mm256_setzero_si256();
     const __m256i one = _mm256_set1_epi8(1);
-    /* word k of every lane: scale k */
-    const __m256i scl = _mm256_permute2x128_si256(s16, s16, 0x00);
+    /* word k of each 128-bit lane: scale k */
+    const __m128i sw = _mm_cvtepu8_epi16(s8);
+    const __m256i scl = _mm256_inserti128_si256(_mm256_castsi128_si256(sw), sw, 1);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         const __m256i q = ldu(x + qs + 32 * c);

@@ -40,7 +40,12 @@ static inline int32_t hsum_i32(__m256i v) {
  * packed bytes as three little-endian u32 u0..u2: scales 0..3 / mins 0..3 are the low six bits
  * of the bytes of u0 / u1; scales 4..7 take their low nibble from u2's low nibbles and their top
  * two bits from the top of u0's bytes; mins 4..7 likewise from u2's high nibbles and u1. */
-static inline __m256i k4_scales16(const uint8_t *p) {
+static inline __m128i k4_scales8(const uint8_t *p);
+
+static inline __m256i k4_scales16(const uint8_t *p) { return _mm256_cvtepu8_epi16(k4_scales8(p)); }
+
+/* The same as 16 bytes (k4_scales16's words before widening). */
+static inline __m128i k4_scales8(const uint8_t *p) {
     /* dwords [s0, s1, m0, m1] with s0 = u0 & 0x3f.., m0 = u1 & 0x3f..,
      * s1 = (u2 & 0x0f..) | ((u0 >> 2) & 0x30..), m1 = ((u2 >> 4) & 0x0f..) | ((u1 >> 2) & 0x30..):
      * ((u >> 6) & 3) << 4 is (u >> 2) & 0x30 per byte. The 16-byte load reads 4 bytes past the
@@ -50,7 +55,7 @@ static inline __m256i k4_scales16(const uint8_t *p) {
                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
     const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2), /* u0 u0 u1 u1, >> 2 */
                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+    return _mm_or_si128(lo, hi);
 }
 
 #endif
