@@ -63,19 +63,13 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
 #pragma GCC unroll 4
     for (int t = 0; t < tn; t++) isum[t] = _mm256_setzero_si256();
     if (kind == A2_Q6_K) {
-        const __m256i m30 = _mm256_set1_epi8(0x30);
         const __m256i sc = _mm256_cvtepi8_epi16(ldu128(x + 192)); /* the sixteen scales as words */
         const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
                                              2, 3, 2, 3, 2, 3, 2, 3);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
             __m256i u[4];
-            u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            q6k_codes_half(x, h, u);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 const int j = 4 * h + k; /* 32 values: scales 2j (first 16) and 2j + 1 */

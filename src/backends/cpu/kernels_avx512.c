@@ -335,15 +335,9 @@ static void unpack_q3_k(const uint8_t *x, kq_row *o) {
 
 static void unpack_q6_k(const uint8_t *x, kq_row *o) {
     const int8_t *sc = (const int8_t *)(x + 192);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; h++) {
-        __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
         __m256i u[4];
-        u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-        u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-        u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-        u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        q6k_codes_half(x, h, u);
         for (int t = 0; t < 4; t++) {
             int j = 4 * h + t;
             st_w32(o->w + 32 * j, u[t], 32, sc[2 * j], sc[2 * j + 1]);

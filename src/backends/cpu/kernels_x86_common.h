@@ -36,6 +36,18 @@ static inline int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Q6_K codes q + 32 (0..63) of elements 128h .. 128h + 127 as four vectors of 32: u[a] holds
+ * elements 128h + 32a + 0..31, low four bits from ql (low nibbles of its first / second 32 bytes
+ * for a = 0 / 1, high nibbles for 2 / 3), top two from qh bits 2a, 2a + 1 (quant_kquants.c). */
+static inline void q6k_codes_half(const uint8_t *x, int h, __m256i u[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i ql0 = ldu(x + 64 * h), ql1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+    u[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+    u[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+    u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+}
+
 /* Scales and mins of a Q4_K/Q5_K super-block as 16 words: 0..7 scales, 8..15 mins. The 12
  * packed bytes as three little-endian u32 u0..u2: scales 0..3 / mins 0..3 are the low six bits
  * of the bytes of u0 / u1; scales 4..7 take their low nibble from u2's low nibbles and their top
