@@ -24,10 +24,11 @@
 #include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_avx2_rows8.h"
 
 #define QK 256
 #define Q8K_BYTES 292 /* d:f32 | 256 int8 | 16 int16 sums of 16 */
-#define A2_ROWS 8     /* rows in the lanes of one reduction */
+#define A2_ROWS AVX2_ROWS8 /* rows in the lanes of one reduction */
 #define A2_TOKS 4     /* tokens per pass over a group of rows */
 
 enum { A2_Q4_K, A2_Q5_K, A2_Q6_K };
@@ -40,19 +41,6 @@ static void a2_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0,
     (void)toks;
     const size_t row = (size_t)(n / QK) * Q8K_BYTES;
     for (int t = t0; t < t1; t++) memcpy((uint8_t *)dst + (size_t)t * row, (const uint8_t *)a + (size_t)t * a_stride, row);
-}
-
-/* Eight vectors' eight lanes each summed: lane r of the result is the sum of v[r]. */
-static inline __m256i a2_reduce8(const __m256i v[A2_ROWS]) {
-    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    /* [r0 r1 r2 r3 | r0 r1 r2 r3] of each half of the rows' lanes */
-    const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
-    /* the halves added in 128 bits and joined by one insert: a lane-crossing vperm2i128 is eight
-     * micro-ops on Zen 1 */
-    const __m128i r03 = _mm_add_epi32(_mm256_castsi256_si128(q0), _mm256_extracti128_si256(q0, 1));
-    const __m128i r47 = _mm_add_epi32(_mm256_castsi256_si128(q1), _mm256_extracti128_si256(q1, 1));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(r03), r47, 1);
 }
 
 /* Row x's super-block against tn tokens' Q8_K blocks (y[t]): isum[t]'s lanes sum to the exact
@@ -167,9 +155,9 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
 #pragma GCC unroll 4
         for (int t = 0; t < tn; t++) {
             const __m256 da = _mm256_set1_ps(ld_f32(y[t]));
-            __m256 prod = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(a2_reduce8(is[t])));
+            __m256 prod = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hadd8_i32(is[t])));
             if (kind != A2_Q6_K)
-                prod = _mm256_sub_ps(prod, _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(a2_reduce8(ms[t]))));
+                prod = _mm256_sub_ps(prod, _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(hadd8_i32(ms[t]))));
             acc[t] = _mm256_add_ps(acc[t], prod);
         }
     }
@@ -185,13 +173,8 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
     for (int p0 = 0; p0 < toks; p0 += pass) {
         const int p1 = toks - p0 < pass ? toks : p0 + pass;
         for (int r0 = 0; r0 < rows; r0 += A2_ROWS) {
-            const int nr = rows - r0 < A2_ROWS ? rows - r0 : A2_ROWS;
             const uint8_t *wr[A2_ROWS], *nx[A2_ROWS];
-            for (int r = 0; r < A2_ROWS; r++) {
-                wr[r] = (const uint8_t *)w + (size_t)(r0 + (r < nr ? r : nr - 1)) * w_stride;
-                const int rn = r0 + A2_ROWS + r < rows ? r0 + A2_ROWS + r : rows - 1;
-                nx[r] = (const uint8_t *)w + (size_t)rn * w_stride;
-            }
+            const int nr = avx2_rows8_at(w, w_stride, rows, r0, wr, nx);
             const bool more = r0 + A2_ROWS < rows;
             for (int t0 = p0; t0 < p1; t0 += A2_TOKS) {
                 const int tn = p1 - t0 < A2_TOKS ? p1 - t0 : A2_TOKS;
@@ -205,12 +188,7 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
                 case 3: a2_group(kind, nsb, wr, pf, p, tb, 3, acc); break;
                 default: a2_group(kind, nsb, wr, pf, p, tb, 4, acc); break;
                 }
-#pragma GCC unroll 4
-                for (int t = 0; t < tn; t++) {
-                    float v[A2_ROWS];
-                    _mm256_storeu_ps(v, acc[t]);
-                    memcpy(out + (size_t)(t0 + t) * out_stride + r0, v, (size_t)nr * sizeof(float));
-                }
+                avx2_rows8_store(acc, tn, nr, out, out_stride, t0, r0);
             }
         }
     }

@@ -36,6 +36,17 @@ static inline int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Eight vectors' eight lanes each summed: lane r of the result is the sum of v[r] (exact:
+ * integers). Horizontal adds, then the 128-bit halves added and joined by one insert: a
+ * lane-crossing vperm2i128 is eight micro-ops on Zen 1. */
+static inline __m256i hadd8_i32(const __m256i v[8]) {
+    const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    const __m128i r03 = _mm_add_epi32(_mm256_castsi256_si128(q0), _mm256_extracti128_si256(q0, 1));
+    const __m128i r47 = _mm_add_epi32(_mm256_castsi256_si128(q1), _mm256_extracti128_si256(q1, 1));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(r03), r47, 1);
+}
+
 /* Q6_K codes q + 32 (0..63) of elements 128h .. 128h + 127 as four vectors of 32: u[a] holds
  * elements 128h + 32a + 0..31, low four bits from ql (low nibbles of its first / second 32 bytes
  * for a = 0 / 1, high nibbles for 2 / 3), top two from qh bits 2a, 2a + 1 (quant_kquants.c). */
