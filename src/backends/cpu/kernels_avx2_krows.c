@@ -52,20 +52,17 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     for (int t = 0; t < tn; t++) isum[t] = _mm256_setzero_si256();
     if (kind == A2_Q6_K) {
         const __m256i sc = _mm256_cvtepi8_epi16(ldu128(x + 192)); /* the sixteen scales as words */
-        const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
-                                             2, 3, 2, 3, 2, 3, 2, 3);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i u[4];
             q6k_codes_half(x, h, u);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const int j = 4 * h + k; /* 32 values: scales 2j (first 16) and 2j + 1 */
-                const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)), dup);
+                const __m256i s = scale_pair(sc, 4 * h + k); /* sub-block scales 2j, 2j + 1 (j = 4h + k) */
 #pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t],
-                                               _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], ldu(y[t] + 4 + 32 * j)), s));
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], ldu(y[t] + 4 + 32 * (4 * h + k))), s));
             }
         }
         /* - 32 * sum(scale * 16-value sums) */

@@ -47,6 +47,15 @@ static inline __m256i hadd8_i32(const __m256i v[8]) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(r03), r47, 1);
 }
 
+/* Sub-block scale vectors: with the 16 int16 scales of a super-block in sc (lane 0: scales
+ * 0..7, lane 1: 8..15), the vector [scale 2j x8 | scale 2j+1 x8] for the j-th 32 elements. */
+static inline __m256i scale_pair(__m256i sc, int j) {
+    __m256i v = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)); /* dword j everywhere */
+    const __m256i m = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
+                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(v, m);
+}
+
 /* Q6_K codes q + 32 (0..63) of elements 128h .. 128h + 127 as four vectors of 32: u[a] holds
  * elements 128h + 32a + 0..31, low four bits from ql (low nibbles of its first / second 32 bytes
  * for a = 0 / 1, high nibbles for 2 / 3), top two from qh bits 2a, 2a + 1 (quant_kquants.c). */
