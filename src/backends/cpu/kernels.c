@@ -15,6 +15,16 @@
 #endif
 
 static kernel_set sets[KERNEL_ISA_COUNT];
+
+uint64_t kernels_ksigns_pm1[128]; /* kernels_x86_common.h */
+
+static void init_ksigns_pm1(void) {
+    for (int i = 0; i < 128; i++) {
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)((quant_ksigns_iq2xs[i] >> j) & 1 ? 0xff : 0x01) << (8 * j);
+        kernels_ksigns_pm1[i] = v;
+    }
+}
 static kernel_isa best_isa = KERNEL_ISA_SCALAR;
 static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
 static kernel_isa registered_isa = KERNEL_ISA_SCALAR; /* the highest level whose own kernels were registered */
@@ -84,6 +94,7 @@ static void r16_ref_run(int64_t n, const void *w, size_t w_stride, int rows, con
 static const kernel_tile r16_ref_tile = {r16_ref_bytes, r16_ref_pack, r16_ref_run, 1, QUANT_R16_ROWS};
 
 static void init(void) {
+    init_ksigns_pm1();
     kernel_set *s = &sets[KERNEL_ISA_SCALAR];
     for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
         const quant_traits *qt = quant_traits_of(t);

@@ -24,6 +24,7 @@
 #include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_avx2_iq.h"
 #include "backends/cpu/kernels_avx2_rows8.h"
 
 #define QK 256
@@ -31,8 +32,13 @@
 #define A2_ROWS AVX2_ROWS8 /* rows in the lanes of one reduction */
 #define A2_TOKS 4     /* tokens per pass over a group of rows */
 
-enum { A2_Q4_K, A2_Q5_K, A2_Q6_K };
-static const int a2_bytes[] = {144, 176, 210};
+enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS };
+static const int a2_bytes[] = {144, 176, 210, 74, 98, 136};
+/* the reference's factor on the sum of a row's super-blocks (1: none) */
+static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f};
+/* kinds with a dmin and the activations' sums (summs) */
+#define A2_HAS_MINS(kind) ((kind) == A2_Q4_K || (kind) == A2_Q5_K)
+#define A2_IS_IQ(kind) ((kind) >= A2_IQ2_XS) /* kernels_avx2_iq.h */
 
 /* The packed activations are the Q8_K rows themselves, one after the other. */
 static size_t a2_packed_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)(n / QK) * Q8K_BYTES; }
@@ -50,6 +56,12 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     const __m256i m4 = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 4
     for (int t = 0; t < tn; t++) isum[t] = _mm256_setzero_si256();
+    if (A2_IS_IQ(kind)) {
+        if (kind == A2_IQ2_XS) a2_iq2_xs_block(x, y, tn, isum);
+        if (kind == A2_IQ3_XXS) a2_iq3_xxs_block(x, y, tn, isum);
+        if (kind == A2_IQ4_XS) a2_iq4_xs_block(x, y, tn, isum);
+        return;
+    }
     if (kind == A2_Q6_K) {
         const __m256i sc = _mm256_cvtepi8_epi16(ldu128(x + 192)); /* the sixteen scales as words */
 #pragma GCC unroll 2
@@ -103,16 +115,35 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     }
 }
 
-/* The d (Q6_K: at byte 208) and, for Q4_K / Q5_K, dmin (byte 2) of super-block b of eight rows. */
+/* The d (Q6_K: at byte 208, else byte 0) and, for Q4_K / Q5_K, dmin (byte 2) of super-block b
+ * of eight rows. */
 static inline void a2_scales(const int kind, const uint8_t *const wr[A2_ROWS], size_t off, __m256 *dw, __m256 *mw) {
     uint16_t d[A2_ROWS], m[A2_ROWS];
     const size_t doff = kind == A2_Q6_K ? 208 : 0;
     for (int r = 0; r < A2_ROWS; r++) {
         memcpy(&d[r], wr[r] + off + doff, 2);
-        memcpy(&m[r], wr[r] + off + 2, 2);
+        if (A2_HAS_MINS(kind)) memcpy(&m[r], wr[r] + off + 2, 2);
     }
     *dw = _mm256_cvtph_ps(ldu128(d));
-    *mw = _mm256_cvtph_ps(ldu128(m));
+    *mw = A2_HAS_MINS(kind) ? _mm256_cvtph_ps(ldu128(m)) : _mm256_setzero_ps();
+}
+
+/* Row r's super-block x against the tokens, its sums into column r of is (and ms); pf: the next
+ * group's same super-block (NULL: none), asked of L2 (74-210 bytes, four lines at most). */
+static inline __attribute__((always_inline)) void a2_row(const int kind, const uint8_t *x, const uint8_t *pf,
+                                                        const uint8_t *const y[A2_TOKS], const int tn, int r,
+                                                        __m256i is[A2_TOKS][A2_ROWS], __m256i ms[A2_TOKS][A2_ROWS]) {
+    if (pf) {
+#pragma GCC unroll 4
+        for (int o = 0; o < a2_bytes[kind]; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+    }
+    __m256i i4[A2_TOKS], m4v[A2_TOKS];
+    a2_block(kind, x, y, tn, i4, m4v);
+#pragma GCC unroll 4
+    for (int t = 0; t < tn; t++) {
+        is[t][r] = i4[t];
+        if (A2_HAS_MINS(kind)) ms[t][r] = m4v[t];
+    }
 }
 
 /* Rows wr[0..7] (the last repeated past the end of the matrix) against tn tokens, all
@@ -130,22 +161,14 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
 #pragma GCC unroll 4
         for (int t = 0; t < A2_TOKS; t++) y[t] = packed + (size_t)(t < tn ? t : 0) * tb + (size_t)b * Q8K_BYTES;
         __m256i is[A2_TOKS][A2_ROWS], ms[A2_TOKS][A2_ROWS];
+        /* the I-quants' longer decoding, unrolled over the rows, kept too many values live
+         * (gcc spilled the grid indices): one row at a time there */
+        if (A2_IS_IQ(kind)) {
+#pragma GCC unroll 1
+            for (int r = 0; r < A2_ROWS; r++) a2_row(kind, wr[r] + off, next ? next[r] + off : NULL, y, tn, r, is, ms);
+        } else {
 #pragma GCC unroll 8
-        for (int r = 0; r < A2_ROWS; r++) {
-            if (next) { /* the next group's same super-block: 144-210 bytes, three lines at most */
-                const char *p = (const char *)next[r] + off;
-                _mm_prefetch(p, _MM_HINT_T1);
-                _mm_prefetch(p + 64, _MM_HINT_T1);
-                _mm_prefetch(p + 128, _MM_HINT_T1);
-                if (bytes > 192) _mm_prefetch(p + 192, _MM_HINT_T1);
-            }
-            __m256i i4[A2_TOKS], m4v[A2_TOKS];
-            a2_block(kind, wr[r] + off, y, tn, i4, m4v);
-#pragma GCC unroll 4
-            for (int t = 0; t < tn; t++) {
-                is[t][r] = i4[t];
-                if (kind != A2_Q6_K) ms[t][r] = m4v[t];
-            }
+            for (int r = 0; r < A2_ROWS; r++) a2_row(kind, wr[r] + off, next ? next[r] + off : NULL, y, tn, r, is, ms);
         }
         __m256 dw, mw;
         a2_scales(kind, wr, off, &dw, &mw);
@@ -153,7 +176,7 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
         for (int t = 0; t < tn; t++) {
             const __m256 da = _mm256_set1_ps(ld_f32(y[t]));
             __m256 prod = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(hadd8_i32(is[t])));
-            if (kind != A2_Q6_K)
+            if (A2_HAS_MINS(kind))
                 prod = _mm256_sub_ps(prod, _mm256_mul_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(hadd8_i32(ms[t]))));
             acc[t] = _mm256_add_ps(acc[t], prod);
         }
@@ -185,6 +208,8 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
                 case 3: a2_group(kind, nsb, wr, pf, p, tb, 3, acc); break;
                 default: a2_group(kind, nsb, wr, pf, p, tb, 4, acc); break;
                 }
+                if (a2_factor[kind] != 1.0f) /* factor * sum, as the reference ends */
+                    for (int t = 0; t < tn; t++) acc[t] = _mm256_mul_ps(_mm256_set1_ps(a2_factor[kind]), acc[t]);
                 avx2_rows8_store(acc, tn, nr, out, out_stride, t0, r0);
             }
         }
@@ -200,12 +225,18 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
 A2_TILE(tile_q4_k_a2, A2_Q4_K)
 A2_TILE(tile_q5_k_a2, A2_Q5_K)
 A2_TILE(tile_q6_k_a2, A2_Q6_K)
+A2_TILE(tile_iq2_xs_a2, A2_IQ2_XS)
+A2_TILE(tile_iq3_xxs_a2, A2_IQ3_XXS)
+A2_TILE(tile_iq4_xs_a2, A2_IQ4_XS)
 
 /* From one token on (min_toks 1); a thread's rows start at a multiple of eight (row_group). */
 void kernels_register_avx2_krows(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k_a2;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k_a2;
     ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k_a2;
+    ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs_a2;
+    ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs_a2;
+    ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs_a2;
 }
 
 #endif

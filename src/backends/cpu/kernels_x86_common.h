@@ -14,6 +14,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The 128 sign patterns of quant_ksigns_iq2xs as 8 bytes of +1 / -1 (0x01 / 0xff), one per
+ * element, ready for _mm256_sign_epi8 (IQ2_XS and IQ3_XXS signs); kernels.c fills it before any
+ * level registers. */
+extern uint64_t kernels_ksigns_pm1[128];
+
 static inline float ld_f16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);

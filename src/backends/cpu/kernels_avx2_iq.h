@@ -1,0 +1,129 @@
+/* The I-quant super-blocks of the AVX2 tile (kernels_avx2_krows.c): IQ2_XS, IQ3_XXS and IQ4_XS,
+ * the routed experts' types of the Q2_K_XL mix, each decoded once for up to four tokens.
+ *
+ * Why not the dots' decoders (kernels_x86.inc): IQ3_XXS gathered its grid entries with
+ * vpgatherdd, and the dots rebuilt every scale per group and token; on a Zen 1 EPYC (AVX2 only,
+ * 2026-12-04) one token of IQ3_XXS read 1.8 GB/s and IQ2_XS 3.0 GB/s on two threads where the
+ * memory gives 19. Here the grid rows come in by scalar loads (two load ports, no microcoded
+ * gather), a super-block's scales are built for all eight groups in a few vector steps, and the
+ * per-token work of a group is one sign, one maddubs, one madd and one add.
+ *
+ * Exactness (the references are quant_dot_iq2_xs / _iq3_xxs / _iq4_xs in formats/quant_iq.c):
+ * each function leaves in the lanes of isum[t] the super-block's exact integer bsum / isum for
+ * token t: per 16 (IQ2_XS) or 32 values, the magnitudes times the signed activations, times the
+ * odd scale (2s + 1) or IQ4_XS's ls - 32. maddubs's pair sums stay below 2^15 (2 x 62 x 127, and
+ * for IQ4_XS 2 x 127 x 127 with |code| <= 127); activations never hold -128, so flipping their
+ * sign is exact. The caller does the float steps. Include after kernels_x86_common.h, from a
+ * unit compiled with AVX2. */
+#ifndef SLUICE_KERNELS_AVX2_IQ_H
+#define SLUICE_KERNELS_AVX2_IQ_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "formats/quant.h"
+
+#define A2_IQ_TOKS 4 /* tokens a super-block is decoded for at most */
+
+static inline uint64_t a2_ld_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Token t's activations of group g (32 values) with the group's signs (+1 / -1 bytes) applied,
+ * against the group's magnitudes, scaled by scale (words), added to isum[t]. */
+static inline __attribute__((always_inline)) void a2_iq_group(const uint8_t *const y[A2_IQ_TOKS], int tn, int g,
+                                                              __m256i mag, __m256i sgn, __m256i scale,
+                                                              __m256i isum[A2_IQ_TOKS]) {
+#pragma GCC unroll 4
+    for (int t = 0; t < tn; t++) {
+        const __m256i a = _mm256_sign_epi8(ldu(y[t] + 4 + 32 * g), sgn);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(mag, a), scale));
+    }
+}
+
+/* IQ2_XS (74 bytes: d | 32 x u16 (9-bit grid index, 7-bit sign index) | 8 scale bytes): group
+ * g is four grid rows of eight magnitudes; its first 16 values take the low nibble of scale
+ * byte g, the other 16 the high one. */
+static inline __attribute__((always_inline)) void a2_iq2_xs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                  int tn, __m256i isum[A2_IQ_TOKS]) {
+    const uint64_t *grid = quant_iq2xs_grid;
+    /* bytes 0..7: 2 lo + 1, bytes 8..15: 2 hi + 1, in both 128-bit lanes */
+    const __m128i sc = _mm_loadl_epi64((const __m128i *)(x + 66)), m4 = _mm_set1_epi8(0x0f);
+    __m128i s = _mm_unpacklo_epi64(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    s = _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+    const __m256i S = _mm256_broadcastsi128_si256(s);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const uint64_t qw = a2_ld_u64(x + 2 + 8 * g);
+        const uint32_t q0 = (uint32_t)qw & 0xffff, q1 = (uint32_t)(qw >> 16) & 0xffff,
+                       q2 = (uint32_t)(qw >> 32) & 0xffff, q3 = (uint32_t)(qw >> 48);
+        const __m256i mag = _mm256_setr_epi64x((long long)grid[q0 & 511], (long long)grid[q1 & 511],
+                                               (long long)grid[q2 & 511], (long long)grid[q3 & 511]);
+        const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[q0 >> 9], (long long)kernels_ksigns_pm1[q1 >> 9],
+                                               (long long)kernels_ksigns_pm1[q2 >> 9], (long long)kernels_ksigns_pm1[q3 >> 9]);
+        /* pshufb control, words (byte, 0x80): byte g of S in the low lane, 8 + g in the high one */
+        const uint64_t plo = (uint64_t)(0x8000u | (unsigned)g) * 0x0001000100010001ull,
+                       phi = (uint64_t)(0x8000u | (unsigned)(8 + g)) * 0x0001000100010001ull;
+        const __m256i pick = _mm256_setr_epi64x((long long)plo, (long long)plo, (long long)phi, (long long)phi);
+        a2_iq_group(y, tn, g, mag, sgn, _mm256_shuffle_epi8(S, pick), isum);
+    }
+}
+
+/* IQ3_XXS (98 bytes: d | 64 grid indices of four magnitudes | 8 x u32: four 7-bit sign indices
+ * and a 4-bit scale): group g is eight grid entries, one scale for its 32 values. */
+static inline __attribute__((always_inline)) void a2_iq3_xxs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                   int tn, __m256i isum[A2_IQ_TOKS]) {
+    const uint32_t *grid = quant_iq3xxs_grid;
+    /* the eight groups' 2 s + 1, each in both words of its dword */
+    __m256i sv = _mm256_srli_epi32(ldu(x + 66), 28);
+    sv = _mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1));
+    sv = _mm256_or_si256(sv, _mm256_slli_epi32(sv, 16));
+    int32_t scale[8];
+    _mm256_storeu_si256((__m256i *)scale, sv);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = x + 2 + 8 * g;
+        const __m256i mag = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
+                                              (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
+        uint32_t w;
+        memcpy(&w, x + 66 + 4 * g, 4);
+        const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[w & 127], (long long)kernels_ksigns_pm1[(w >> 7) & 127],
+                                               (long long)kernels_ksigns_pm1[(w >> 14) & 127],
+                                               (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
+        a2_iq_group(y, tn, g, mag, sgn, _mm256_set1_epi32(scale[g]), isum);
+    }
+}
+
+/* IQ4_XS (136 bytes: d | 2 high scale bits per group (u16) | 4 bits per group (u32) | 128 bytes
+ * of nibbles): group g's codes are its 16 bytes' low nibbles then high ones, through the IQ4_NL
+ * table; the group's scale ls - 32 is signed. The products go as |code| x (activation with the
+ * code's sign); no code is 0. */
+static inline __attribute__((always_inline)) void a2_iq4_xs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                  int tn, __m256i isum[A2_IQ_TOKS]) {
+    uint16_t sh;
+    uint32_t sl;
+    memcpy(&sh, x + 2, 2);
+    memcpy(&sl, x + 4, 4);
+    /* ls_g - 32 = (bits 4g..4g+3 of sl | bits 2g..2g+1 of sh << 4) - 32, as a word in both halves */
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(15));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    ls = _mm256_and_si256(ls, _mm256_set1_epi32(0xffff));
+    ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
+    int32_t scale[8];
+    _mm256_storeu_si256((__m256i *)scale, ls);
+    const __m256i lut = _mm256_broadcastsi128_si256(ldu128(quant_kvalues_iq4nl)), m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const __m128i b = ldu128(x + 8 + 16 * g);
+        const __m256i codes = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1), m4);
+        const __m256i k = _mm256_shuffle_epi8(lut, codes);
+        a2_iq_group(y, tn, g, _mm256_sign_epi8(k, k), k, _mm256_set1_epi32(scale[g]), isum);
+    }
+}
+
+#endif
