@@ -1,8 +1,9 @@
-/* Q4_K, Q5_K and Q6_K products on AVX2 (no AVX-512): eight weight rows in the lanes of one
- * reduction, each row's super-block decoded once for up to four tokens.
+/* The super-block types' products on AVX2 (no AVX-512): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K here and
+ * IQ2_XS, IQ3_XXS, IQ4_XS (kernels_avx2_iq.h) against Q8_K activations, eight weight rows in the
+ * lanes of one reduction, each row's super-block decoded once for up to four tokens.
  *
- * Why: on a CPU without AVX-512 (a Zen 1 EPYC VM, 2026-12-04) every K-quant product ran the
- * one-row dot of kernels_x86.inc once per row and token. That dot ends each super-block with two
+ * Why: on a CPU without AVX-512 (a Zen 1 EPYC VM, 2026-12-04) every such product ran the one-row
+ * dot of kernels_x86.inc once per row and token. That dot ends each super-block with two
  * horizontal sums and scalar float steps, and decodes the row again for every token: one token
  * of Q4_K read 6.7 GB/s on two threads where the memory gives 17-18, and sluice decoded the
  * 30B-A3B shape at 0.73x and prefilled it at 0.57x of llama.cpp's AVX2 build
@@ -11,14 +12,16 @@
  * each), the float steps run on eight rows at once, and the scales and codes of a row's
  * super-block serve up to four tokens.
  *
- * Exactness (the references are quant_dot_q4_k / _q5_k / _q6_k in formats/quant_kquants.c):
- * per super-block the exact integers isum = sum over sub-blocks of scale * sum(q * a) (Q6_K with
- * q + 32 and the "- 32" taken off as 32 * sum(scale * 16-value activation sums)) and, for Q4_K /
- * Q5_K, summs = sum of min * (32-value activation sums); then sum = sum + ((d * da) * isum
- * [- (dmin * da) * summs]), the reference's float steps in its order, a row's super-blocks one
- * after the other. maddubs's pair sums stay below 2^15 (2 * 63 * 127), as in the dot. Compiled
- * with the AVX2 level's flags (CMakeLists.txt); registered by kernels_register_avx2 and replaced
- * at the AVX-512 level by its own tiles. */
+ * Exactness (the references are quant_dot_q2_k ... _q6_k in formats/quant_kquants.c and
+ * quant_dot_iq2_xs / _iq3_xxs / _iq4_xs in formats/quant_iq.c): per super-block the exact
+ * integers isum = sum over sub-blocks of scale * sum(q * a) (Q6_K with q + 32 and the "- 32"
+ * taken off as 32 * sum(scale * 16-value activation sums), Q3_K likewise with q + 4) and, for
+ * Q2_K / Q4_K / Q5_K, summs = sum of min * (16- or 32-value activation sums); then sum = sum +
+ * ((d * da) * isum [- (dmin * da) * summs]), the reference's float steps in its order, a row's
+ * super-blocks one after the other, and the I-quants' final factor (0.125, 0.25). maddubs's pair
+ * sums stay below 2^15 (2 * 63 * 127), as in the dots. Compiled with the AVX2 level's flags
+ * (CMakeLists.txt); registered by kernels_register_avx2 and replaced at the AVX-512 level by its
+ * own tiles. */
 #if defined(__x86_64__)
 
 #include "backends/cpu/kernels_x86_common.h" /* first: contraction off, the helpers */
@@ -32,12 +35,14 @@
 #define A2_ROWS AVX2_ROWS8 /* rows in the lanes of one reduction */
 #define A2_TOKS 4     /* tokens per pass over a group of rows */
 
-enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS };
-static const int a2_bytes[] = {144, 176, 210, 74, 98, 136};
+enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_Q2_K, A2_Q3_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS };
+static const int a2_bytes[] = {144, 176, 210, 84, 110, 74, 98, 136};
+/* where a super-block keeps its d and (kinds with mins) its dmin, f16 */
+static const int a2_d_at[] = {0, 0, 208, 80, 108, 0, 0, 0}, a2_dmin_at[] = {2, 2, 0, 82, 0, 0, 0, 0};
 /* the reference's factor on the sum of a row's super-blocks (1: none) */
-static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f};
+static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f};
 /* kinds with a dmin and the activations' sums (summs) */
-#define A2_HAS_MINS(kind) ((kind) == A2_Q4_K || (kind) == A2_Q5_K)
+#define A2_HAS_MINS(kind) ((kind) == A2_Q4_K || (kind) == A2_Q5_K || (kind) == A2_Q2_K)
 #define A2_IS_IQ(kind) ((kind) >= A2_IQ2_XS) /* kernels_avx2_iq.h */
 
 /* The packed activations are the Q8_K rows themselves, one after the other. */
@@ -60,6 +65,43 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
         if (kind == A2_IQ2_XS) a2_iq2_xs_block(x, y, tn, isum);
         if (kind == A2_IQ3_XXS) a2_iq3_xxs_block(x, y, tn, isum);
         if (kind == A2_IQ4_XS) a2_iq4_xs_block(x, y, tn, isum);
+        return;
+    }
+    if (kind == A2_Q2_K || kind == A2_Q3_K) {
+        /* 2-bit codes (Q3_K: and a third bit from hmask, q = u - 4), sixteen scales of 16 values;
+         * Q2_K's mins against the 16-value sums, Q3_K's - 4 as 4 * sum(scale * 16-value sums) */
+        __m256i sc;
+        if (kind == A2_Q2_K) {
+            const __m128i raw = ldu128(x), nib = _mm_set1_epi8(0x0f);
+            sc = _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib));
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+#pragma GCC unroll 4
+            for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
+        } else {
+            sc = q3k_scales16(x + 96);
+        }
+        const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+        const __m256i hm = kind == A2_Q3_K ? ldu(x) : _mm256_setzero_si256();
+        const int qs = kind == A2_Q2_K ? 16 : 32;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = ldu(x + qs + 32 * h);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * h + k;
+                __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
+                if (kind == A2_Q3_K) u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, j), one), 2));
+                const __m256i s = scale_pair(sc, j);
+#pragma GCC unroll 4
+                for (int t = 0; t < tn; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ldu(y[t] + 4 + 32 * j)), s));
+            }
+        }
+        if (kind == A2_Q3_K) {
+#pragma GCC unroll 4
+            for (int t = 0; t < tn; t++)
+                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), sc), 2));
+        }
         return;
     }
     if (kind == A2_Q6_K) {
@@ -115,14 +157,13 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     }
 }
 
-/* The d (Q6_K: at byte 208, else byte 0) and, for Q4_K / Q5_K, dmin (byte 2) of super-block b
- * of eight rows. */
+/* The d and (kinds with mins) dmin of super-block b of eight rows. */
 static inline void a2_scales(const int kind, const uint8_t *const wr[A2_ROWS], size_t off, __m256 *dw, __m256 *mw) {
     uint16_t d[A2_ROWS], m[A2_ROWS];
-    const size_t doff = kind == A2_Q6_K ? 208 : 0;
+    const size_t doff = (size_t)a2_d_at[kind], moff = (size_t)a2_dmin_at[kind];
     for (int r = 0; r < A2_ROWS; r++) {
         memcpy(&d[r], wr[r] + off + doff, 2);
-        if (A2_HAS_MINS(kind)) memcpy(&m[r], wr[r] + off + 2, 2);
+        if (A2_HAS_MINS(kind)) memcpy(&m[r], wr[r] + off + moff, 2);
     }
     *dw = _mm256_cvtph_ps(ldu128(d));
     *mw = A2_HAS_MINS(kind) ? _mm256_cvtph_ps(ldu128(m)) : _mm256_setzero_ps();
@@ -225,6 +266,8 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
 A2_TILE(tile_q4_k_a2, A2_Q4_K)
 A2_TILE(tile_q5_k_a2, A2_Q5_K)
 A2_TILE(tile_q6_k_a2, A2_Q6_K)
+A2_TILE(tile_q2_k_a2, A2_Q2_K)
+A2_TILE(tile_q3_k_a2, A2_Q3_K)
 A2_TILE(tile_iq2_xs_a2, A2_IQ2_XS)
 A2_TILE(tile_iq3_xxs_a2, A2_IQ3_XXS)
 A2_TILE(tile_iq4_xs_a2, A2_IQ4_XS)
@@ -234,6 +277,8 @@ void kernels_register_avx2_krows(kernel_set *ks) {
     ks->tile[GGML_TYPE_Q4_K] = &tile_q4_k_a2;
     ks->tile[GGML_TYPE_Q5_K] = &tile_q5_k_a2;
     ks->tile[GGML_TYPE_Q6_K] = &tile_q6_k_a2;
+    ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k_a2;
+    ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k_a2;
     ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs_a2;
     ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs_a2;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs_a2;

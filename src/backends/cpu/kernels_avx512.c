@@ -143,19 +143,7 @@ static float dot_q2_k_512(int64_t n, const void *w, const void *a) {
     return sumf;
 }
 
-/* Q3_K's sixteen signed 6-bit scales as words: low nibbles from bytes 0..7 (low then high
- * nibbles), top two bits from bytes 8..11 at bit pairs 0..3 (one pair per group of four). */
-static inline __m256i q3k_scales16(const uint8_t *p) {
-    uint32_t u[3];
-    memcpy(u, p, 12);
-    const uint32_t nib = 0x0f0f0f0fu, two = 0x03030303u;
-    uint32_t v0 = (u[0] & nib) | ((u[2] & two) << 4);
-    uint32_t v1 = (u[1] & nib) | (((u[2] >> 2) & two) << 4);
-    uint32_t v2 = ((u[0] >> 4) & nib) | (((u[2] >> 4) & two) << 4);
-    uint32_t v3 = ((u[1] >> 4) & nib) | (((u[2] >> 6) & two) << 4);
-    __m128i b = _mm_sub_epi8(_mm_setr_epi32((int)v0, (int)v1, (int)v2, (int)v3), _mm_set1_epi8(32));
-    return _mm256_cvtepi8_epi16(b);
-}
+/* q3k_scales16: kernels_x86_common.h */
 
 /* Q3_K: sumf += (d*da) * isum, isum = sum sc*u*a - 4 sum sc*bsum, u = q + 4 */
 static float dot_q3_k_512(int64_t n, const void *w, const void *a) {
