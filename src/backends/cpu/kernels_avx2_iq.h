@@ -63,11 +63,7 @@ static inline __attribute__((always_inline)) void a2_iq2_xs_block(const uint8_t 
                                                (long long)grid[q2 & 511], (long long)grid[q3 & 511]);
         const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[q0 >> 9], (long long)kernels_ksigns_pm1[q1 >> 9],
                                                (long long)kernels_ksigns_pm1[q2 >> 9], (long long)kernels_ksigns_pm1[q3 >> 9]);
-        /* pshufb control, words (byte, 0x80): byte g of S in the low lane, 8 + g in the high one */
-        const uint64_t plo = (uint64_t)(0x8000u | (unsigned)g) * 0x0001000100010001ull,
-                       phi = (uint64_t)(0x8000u | (unsigned)(8 + g)) * 0x0001000100010001ull;
-        const __m256i pick = _mm256_setr_epi64x((long long)plo, (long long)plo, (long long)phi, (long long)phi);
-        a2_iq_group(y, tn, g, mag, sgn, _mm256_shuffle_epi8(S, pick), isum);
+        a2_iq_group(y, tn, g, mag, sgn, lane_words_u8(S, g, 8 + g), isum);
     }
 }
 

@@ -70,16 +70,17 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     if (kind == A2_Q2_K || kind == A2_Q3_K) {
         /* 2-bit codes (Q3_K: and a third bit from hmask, q = u - 4), sixteen scales of 16 values;
          * Q2_K's mins against the 16-value sums, Q3_K's - 4 as 4 * sum(scale * 16-value sums) */
-        __m256i sc;
+        __m128i sc8; /* the scales as bytes; scale pairs from them by one shuffle (lane_words_*) */
         if (kind == A2_Q2_K) {
             const __m128i raw = ldu128(x), nib = _mm_set1_epi8(0x0f);
-            sc = _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib));
+            sc8 = _mm_and_si128(raw, nib);
             const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
 #pragma GCC unroll 4
             for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
         } else {
-            sc = q3k_scales16(x + 96);
+            sc8 = q3k_scales8(x + 96);
         }
+        const __m256i scb = _mm256_broadcastsi128_si256(sc8);
         const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
         const __m256i hm = kind == A2_Q3_K ? ldu(x) : _mm256_setzero_si256();
         const int qs = kind == A2_Q2_K ? 16 : 32;
@@ -91,7 +92,7 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
                 const int j = 4 * h + k;
                 __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
                 if (kind == A2_Q3_K) u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, j), one), 2));
-                const __m256i s = scale_pair(sc, j);
+                const __m256i s = kind == A2_Q2_K ? lane_words_u8(scb, 2 * j, 2 * j + 1) : lane_words_s8(scb, 2 * j, 2 * j + 1);
 #pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ldu(y[t] + 4 + 32 * j)), s));
@@ -100,19 +101,20 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
         if (kind == A2_Q3_K) {
 #pragma GCC unroll 4
             for (int t = 0; t < tn; t++)
-                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), sc), 2));
+                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(ldu(y[t] + 260), _mm256_cvtepi8_epi16(sc8)), 2));
         }
         return;
     }
     if (kind == A2_Q6_K) {
-        const __m256i sc = _mm256_cvtepi8_epi16(ldu128(x + 192)); /* the sixteen scales as words */
+        const __m128i sc8 = ldu128(x + 192); /* the sixteen scales */
+        const __m256i sc = _mm256_cvtepi8_epi16(sc8), scb = _mm256_broadcastsi128_si256(sc8);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i u[4];
             q6k_codes_half(x, h, u);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const __m256i s = scale_pair(sc, 4 * h + k); /* sub-block scales 2j, 2j + 1 (j = 4h + k) */
+                const __m256i s = lane_words_s8(scb, 8 * h + 2 * k, 8 * h + 2 * k + 1); /* sub-blocks 2j, 2j + 1 (j = 4h + k) */
 #pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t],

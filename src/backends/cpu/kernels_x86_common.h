@@ -61,9 +61,26 @@ static inline __m256i scale_pair(__m256i sc, int j) {
     return _mm256_shuffle_epi8(v, m);
 }
 
-/* Q3_K's sixteen signed 6-bit scales as words: low nibbles from bytes 0..7 (low then high
+/* Words from bytes in one in-lane shuffle (no lane-crossing permute, which costs 2-3 micro-ops on
+ * Zen 1): with sixteen bytes broadcast to both lanes in b, every word of the low lane becomes byte
+ * lo and every word of the high lane byte hi, zero-extended (_u8) or sign-extended (_s8: the
+ * byte goes to the word's high byte and comes down by an arithmetic shift). lo and hi are
+ * constants where the callers' loops unroll. */
+static inline __m256i lane_words_u8(__m256i b, int lo, int hi) {
+    const uint64_t l = (uint64_t)(0x8000u | (unsigned)lo) * 0x0001000100010001ull,
+                   h = (uint64_t)(0x8000u | (unsigned)hi) * 0x0001000100010001ull;
+    return _mm256_shuffle_epi8(b, _mm256_setr_epi64x((long long)l, (long long)l, (long long)h, (long long)h));
+}
+
+static inline __m256i lane_words_s8(__m256i b, int lo, int hi) {
+    const uint64_t l = (uint64_t)(0x0080u | ((unsigned)lo << 8)) * 0x0001000100010001ull,
+                   h = (uint64_t)(0x0080u | ((unsigned)hi << 8)) * 0x0001000100010001ull;
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(b, _mm256_setr_epi64x((long long)l, (long long)l, (long long)h, (long long)h)), 8);
+}
+
+/* Q3_K's sixteen signed 6-bit scales as bytes (q3k_scales8) or words (q3k_scales16): low nibbles from bytes 0..7 (low then high
  * nibbles), top two bits from bytes 8..11 at bit pairs 0..3 (one pair per group of four). */
-static inline __m256i q3k_scales16(const uint8_t *p) {
+static inline __m128i q3k_scales8(const uint8_t *p) {
     uint32_t u[3];
     memcpy(u, p, 12);
     const uint32_t nib = 0x0f0f0f0fu, two = 0x03030303u;
@@ -71,9 +88,10 @@ static inline __m256i q3k_scales16(const uint8_t *p) {
     uint32_t v1 = (u[1] & nib) | (((u[2] >> 2) & two) << 4);
     uint32_t v2 = ((u[0] >> 4) & nib) | (((u[2] >> 4) & two) << 4);
     uint32_t v3 = ((u[1] >> 4) & nib) | (((u[2] >> 6) & two) << 4);
-    __m128i b = _mm_sub_epi8(_mm_setr_epi32((int)v0, (int)v1, (int)v2, (int)v3), _mm_set1_epi8(32));
-    return _mm256_cvtepi8_epi16(b);
+    return _mm_sub_epi8(_mm_setr_epi32((int)v0, (int)v1, (int)v2, (int)v3), _mm_set1_epi8(32));
 }
+
+static inline __m256i q3k_scales16(const uint8_t *p) { return _mm256_cvtepi8_epi16(q3k_scales8(p)); }
 
 /* Q6_K codes q + 32 (0..63) of elements 128h .. 128h + 127 as four vectors of 32: u[a] holds
  * elements 128h + 32a + 0..31, low four bits from ql (low nibbles of its first / second 32 bytes
