@@ -1,5 +1,6 @@
-/* The I-quant super-blocks of the AVX2 tile (kernels_avx2_krows.c): IQ2_XS, IQ3_XXS and IQ4_XS,
- * the routed experts' types of the Q2_K_XL mix, each decoded once for up to four tokens.
+/* The I-quant super-blocks of the AVX2 tile (kernels_avx2_krows.c): IQ2_XS, IQ3_XXS and IQ4_XS
+ * (the routed experts' types of the Q2_K_XL mix), IQ2_XXS, IQ2_S and IQ3_S, each decoded once for
+ * up to four tokens.
  *
  * Why not the dots' decoders (kernels_x86.inc): IQ3_XXS gathered its grid entries with
  * vpgatherdd, and the dots rebuilt every scale per group and token; on a Zen 1 EPYC (AVX2 only,
@@ -8,7 +9,7 @@
  * gather), a super-block's scales are built for all eight groups in a few vector steps, and the
  * per-token work of a group is one sign, one maddubs, one madd and one add.
  *
- * Exactness (the references are quant_dot_iq2_xs / _iq3_xxs / _iq4_xs in formats/quant_iq.c):
+ * Exactness (the references are quant_dot_iq2_xxs ... _iq4_xs in formats/quant_iq.c):
  * each function leaves in the lanes of isum[t] the super-block's exact integer bsum / isum for
  * token t: per 16 (IQ2_XS) or 32 values, the magnitudes times the signed activations, times the
  * odd scale (2s + 1) or IQ4_XS's ls - 32. maddubs's pair sums stay below 2^15 (2 x 62 x 127, and
@@ -89,6 +90,84 @@ static inline __attribute__((always_inline)) void a2_iq3_xxs_block(const uint8_t
                                                (long long)kernels_ksigns_pm1[(w >> 14) & 127],
                                                (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
         a2_iq_group(y, tn, g, mag, sgn, _mm256_set1_epi32(scale[g]), isum);
+    }
+}
+
+/* +1 / -1 bytes from 32 explicit sign bits (bit k: value k negative): each byte takes the mask
+ * byte that holds its bit, tests it, and ORs in 1 (0xff or 0x01). */
+static inline __m256i a2_signs_pm1(uint32_t mask) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                            3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)mask), spread), bits);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(v, bits), _mm256_set1_epi8(1));
+}
+
+/* IQ2_XXS (66 bytes: d | per group four 8-bit grid indices and a u32 of four 7-bit sign indices
+ * and a 4-bit scale): one scale for the group's 32 values. */
+static inline __attribute__((always_inline)) void a2_iq2_xxs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                   int tn, __m256i isum[A2_IQ_TOKS]) {
+    const uint64_t *grid = quant_iq2xxs_grid;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = x + 2 + 8 * g;
+        uint32_t w;
+        memcpy(&w, q + 4, 4);
+        const __m256i mag = _mm256_setr_epi64x((long long)grid[q[0]], (long long)grid[q[1]], (long long)grid[q[2]],
+                                               (long long)grid[q[3]]);
+        const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[w & 127], (long long)kernels_ksigns_pm1[(w >> 7) & 127],
+                                               (long long)kernels_ksigns_pm1[(w >> 14) & 127],
+                                               (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
+        a2_iq_group(y, tn, g, mag, sgn, _mm256_set1_epi16((short)(2 * (w >> 28) + 1)), isum);
+    }
+}
+
+/* IQ2_S (82 bytes: d | 32 low index bytes | 32 sign bytes | 8 bytes of high index bits | 8
+ * scale bytes): a 10-bit grid index per eight values, explicit signs, scales as IQ2_XS's. */
+static inline __attribute__((always_inline)) void a2_iq2_s_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                 int tn, __m256i isum[A2_IQ_TOKS]) {
+    const uint64_t *grid = quant_iq2s_grid;
+    const __m128i sc = _mm_loadl_epi64((const __m128i *)(x + 74)), m4 = _mm_set1_epi8(0x0f);
+    __m128i s = _mm_unpacklo_epi64(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    s = _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+    const __m256i S = _mm256_broadcastsi128_si256(s);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = x + 2 + 4 * g;
+        const unsigned hb = x[66 + g];
+        const __m256i mag = _mm256_setr_epi64x((long long)grid[q[0] | (hb & 3) << 8], (long long)grid[q[1] | (hb >> 2 & 3) << 8],
+                                               (long long)grid[q[2] | (hb >> 4 & 3) << 8], (long long)grid[q[3] | (hb >> 6) << 8]);
+        uint32_t m;
+        memcpy(&m, x + 34 + 4 * g, 4);
+        a2_iq_group(y, tn, g, mag, a2_signs_pm1(m), lane_words_u8(S, g, 8 + g), isum);
+    }
+}
+
+/* IQ3_S (110 bytes: d | 64 low index bytes | 8 bytes of ninth index bits | 32 sign bytes | 4
+ * scale bytes): a 9-bit grid index per four values, explicit signs, one 4-bit scale (1 + 2 s)
+ * per group. */
+static inline __attribute__((always_inline)) void a2_iq3_s_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
+                                                                 int tn, __m256i isum[A2_IQ_TOKS]) {
+    const uint32_t *grid = quant_iq3s_grid;
+    uint32_t sl;
+    memcpy(&sl, x + 106, 4);
+    __m256i sv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                  _mm256_set1_epi32(15));
+    sv = _mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1));
+    sv = _mm256_or_si256(sv, _mm256_slli_epi32(sv, 16));
+    int32_t scale[8];
+    _mm256_storeu_si256((__m256i *)scale, sv);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = x + 2 + 8 * g;
+        const unsigned hb = x[66 + g];
+        const __m256i mag = _mm256_setr_epi32((int)grid[q[0] | (hb & 1) << 8], (int)grid[q[1] | (hb >> 1 & 1) << 8],
+                                              (int)grid[q[2] | (hb >> 2 & 1) << 8], (int)grid[q[3] | (hb >> 3 & 1) << 8],
+                                              (int)grid[q[4] | (hb >> 4 & 1) << 8], (int)grid[q[5] | (hb >> 5 & 1) << 8],
+                                              (int)grid[q[6] | (hb >> 6 & 1) << 8], (int)grid[q[7] | (hb >> 7) << 8]);
+        uint32_t m;
+        memcpy(&m, x + 74 + 4 * g, 4);
+        a2_iq_group(y, tn, g, mag, a2_signs_pm1(m), _mm256_set1_epi32(scale[g]), isum);
     }
 }
 

@@ -1,5 +1,5 @@
 /* The super-block types' products on AVX2 (no AVX-512): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K here and
- * IQ2_XS, IQ3_XXS, IQ4_XS (kernels_avx2_iq.h) against Q8_K activations, eight weight rows in the
+ * the I-quants of 256 values (kernels_avx2_iq.h) against Q8_K activations, eight weight rows in the
  * lanes of one reduction, each row's super-block decoded once for up to four tokens.
  *
  * Why: on a CPU without AVX-512 (a Zen 1 EPYC VM, 2026-12-04) every such product ran the one-row
@@ -13,7 +13,7 @@
  * super-block serve up to four tokens.
  *
  * Exactness (the references are quant_dot_q2_k ... _q6_k in formats/quant_kquants.c and
- * quant_dot_iq2_xs / _iq3_xxs / _iq4_xs in formats/quant_iq.c): per super-block the exact
+ * quant_dot_iq2_xxs ... _iq4_xs in formats/quant_iq.c): per super-block the exact
  * integers isum = sum over sub-blocks of scale * sum(q * a) (Q6_K with q + 32 and the "- 32"
  * taken off as 32 * sum(scale * 16-value activation sums), Q3_K likewise with q + 4) and, for
  * Q2_K / Q4_K / Q5_K, summs = sum of min * (16- or 32-value activation sums); then sum = sum +
@@ -35,12 +35,12 @@
 #define A2_ROWS AVX2_ROWS8 /* rows in the lanes of one reduction */
 #define A2_TOKS 4     /* tokens per pass over a group of rows */
 
-enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_Q2_K, A2_Q3_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS };
-static const int a2_bytes[] = {144, 176, 210, 84, 110, 74, 98, 136};
+enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_Q2_K, A2_Q3_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS, A2_IQ2_XXS, A2_IQ2_S, A2_IQ3_S };
+static const int a2_bytes[] = {144, 176, 210, 84, 110, 74, 98, 136, 66, 82, 110};
 /* where a super-block keeps its d and (kinds with mins) its dmin, f16 */
-static const int a2_d_at[] = {0, 0, 208, 80, 108, 0, 0, 0}, a2_dmin_at[] = {2, 2, 0, 82, 0, 0, 0, 0};
+static const int a2_d_at[] = {0, 0, 208, 80, 108, 0, 0, 0, 0, 0, 0}, a2_dmin_at[] = {2, 2, 0, 82, 0, 0, 0, 0, 0, 0, 0};
 /* the reference's factor on the sum of a row's super-blocks (1: none) */
-static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f};
+static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f, 0.125f, 0.125f, 1.0f};
 /* kinds with a dmin and the activations' sums (summs) */
 #define A2_HAS_MINS(kind) ((kind) == A2_Q4_K || (kind) == A2_Q5_K || (kind) == A2_Q2_K)
 #define A2_IS_IQ(kind) ((kind) >= A2_IQ2_XS) /* kernels_avx2_iq.h */
@@ -65,6 +65,9 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
         if (kind == A2_IQ2_XS) a2_iq2_xs_block(x, y, tn, isum);
         if (kind == A2_IQ3_XXS) a2_iq3_xxs_block(x, y, tn, isum);
         if (kind == A2_IQ4_XS) a2_iq4_xs_block(x, y, tn, isum);
+        if (kind == A2_IQ2_XXS) a2_iq2_xxs_block(x, y, tn, isum);
+        if (kind == A2_IQ2_S) a2_iq2_s_block(x, y, tn, isum);
+        if (kind == A2_IQ3_S) a2_iq3_s_block(x, y, tn, isum);
         return;
     }
     if (kind == A2_Q2_K || kind == A2_Q3_K) {
@@ -273,6 +276,9 @@ A2_TILE(tile_q3_k_a2, A2_Q3_K)
 A2_TILE(tile_iq2_xs_a2, A2_IQ2_XS)
 A2_TILE(tile_iq3_xxs_a2, A2_IQ3_XXS)
 A2_TILE(tile_iq4_xs_a2, A2_IQ4_XS)
+A2_TILE(tile_iq2_xxs_a2, A2_IQ2_XXS)
+A2_TILE(tile_iq2_s_a2, A2_IQ2_S)
+A2_TILE(tile_iq3_s_a2, A2_IQ3_S)
 
 /* From one token on (min_toks 1); a thread's rows start at a multiple of eight (row_group). */
 void kernels_register_avx2_krows(kernel_set *ks) {
@@ -284,6 +290,9 @@ void kernels_register_avx2_krows(kernel_set *ks) {
     ks->tile[GGML_TYPE_IQ2_XS] = &tile_iq2_xs_a2;
     ks->tile[GGML_TYPE_IQ3_XXS] = &tile_iq3_xxs_a2;
     ks->tile[GGML_TYPE_IQ4_XS] = &tile_iq4_xs_a2;
+    ks->tile[GGML_TYPE_IQ2_XXS] = &tile_iq2_xxs_a2;
+    ks->tile[GGML_TYPE_IQ2_S] = &tile_iq2_s_a2;
+    ks->tile[GGML_TYPE_IQ3_S] = &tile_iq3_s_a2;
 }
 
 #endif
