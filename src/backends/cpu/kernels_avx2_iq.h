@@ -44,17 +44,36 @@ static inline __attribute__((always_inline)) void a2_iq_group(const uint8_t *con
     }
 }
 
+/* The odd scales 2 s + 1 of eight scale bytes' nibbles (IQ2_XS, IQ2_S): bytes 0..7 from the low
+ * nibbles (a group's first 16 values), 8..15 from the high ones, in both 128-bit lanes; group g's
+ * scale words are lane_words_u8(S, g, 8 + g). */
+static inline __m256i a2_odd_scales(const uint8_t *p) {
+    const __m128i sc = _mm_loadl_epi64((const __m128i *)p), m4 = _mm_set1_epi8(0x0f);
+    __m128i s = _mm_unpacklo_epi64(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+    s = _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+    return _mm256_broadcastsi128_si256(s);
+}
+
+/* +1 / -1 bytes of 32 values from four 7-bit sign indices (bits 0..27 of w; IQ2_XXS, IQ3_XXS) */
+static inline __m256i a2_ksigns4(uint32_t w) {
+    return _mm256_setr_epi64x((long long)kernels_ksigns_pm1[w & 127], (long long)kernels_ksigns_pm1[(w >> 7) & 127],
+                              (long long)kernels_ksigns_pm1[(w >> 14) & 127], (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
+}
+
+/* Eight groups' scales (dword g: a signed value of 16 bits) as word pairs [s, s] in out[g], for
+ * _mm256_set1_epi32(out[g]) as a madd operand. */
+static inline void a2_scale_words(__m256i v, int32_t out[8]) {
+    v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    _mm256_storeu_si256((__m256i *)out, _mm256_or_si256(v, _mm256_slli_epi32(v, 16)));
+}
+
 /* IQ2_XS (74 bytes: d | 32 x u16 (9-bit grid index, 7-bit sign index) | 8 scale bytes): group
  * g is four grid rows of eight magnitudes; its first 16 values take the low nibble of scale
  * byte g, the other 16 the high one. */
 static inline __attribute__((always_inline)) void a2_iq2_xs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
                                                                   int tn, __m256i isum[A2_IQ_TOKS]) {
     const uint64_t *grid = quant_iq2xs_grid;
-    /* bytes 0..7: 2 lo + 1, bytes 8..15: 2 hi + 1, in both 128-bit lanes */
-    const __m128i sc = _mm_loadl_epi64((const __m128i *)(x + 66)), m4 = _mm_set1_epi8(0x0f);
-    __m128i s = _mm_unpacklo_epi64(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
-    s = _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
-    const __m256i S = _mm256_broadcastsi128_si256(s);
+    const __m256i S = a2_odd_scales(x + 66);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const uint64_t qw = a2_ld_u64(x + 2 + 8 * g);
@@ -73,12 +92,10 @@ static inline __attribute__((always_inline)) void a2_iq2_xs_block(const uint8_t 
 static inline __attribute__((always_inline)) void a2_iq3_xxs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
                                                                    int tn, __m256i isum[A2_IQ_TOKS]) {
     const uint32_t *grid = quant_iq3xxs_grid;
-    /* the eight groups' 2 s + 1, each in both words of its dword */
-    __m256i sv = _mm256_srli_epi32(ldu(x + 66), 28);
-    sv = _mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1));
-    sv = _mm256_or_si256(sv, _mm256_slli_epi32(sv, 16));
+    /* the eight groups' 2 s + 1 */
+    const __m256i sv = _mm256_srli_epi32(ldu(x + 66), 28);
     int32_t scale[8];
-    _mm256_storeu_si256((__m256i *)scale, sv);
+    a2_scale_words(_mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1)), scale);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const uint8_t *q = x + 2 + 8 * g;
@@ -86,9 +103,7 @@ static inline __attribute__((always_inline)) void a2_iq3_xxs_block(const uint8_t
                                               (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
         uint32_t w;
         memcpy(&w, x + 66 + 4 * g, 4);
-        const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[w & 127], (long long)kernels_ksigns_pm1[(w >> 7) & 127],
-                                               (long long)kernels_ksigns_pm1[(w >> 14) & 127],
-                                               (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
+        const __m256i sgn = a2_ksigns4(w);
         a2_iq_group(y, tn, g, mag, sgn, _mm256_set1_epi32(scale[g]), isum);
     }
 }
@@ -115,9 +130,7 @@ static inline __attribute__((always_inline)) void a2_iq2_xxs_block(const uint8_t
         memcpy(&w, q + 4, 4);
         const __m256i mag = _mm256_setr_epi64x((long long)grid[q[0]], (long long)grid[q[1]], (long long)grid[q[2]],
                                                (long long)grid[q[3]]);
-        const __m256i sgn = _mm256_setr_epi64x((long long)kernels_ksigns_pm1[w & 127], (long long)kernels_ksigns_pm1[(w >> 7) & 127],
-                                               (long long)kernels_ksigns_pm1[(w >> 14) & 127],
-                                               (long long)kernels_ksigns_pm1[(w >> 21) & 127]);
+        const __m256i sgn = a2_ksigns4(w);
         a2_iq_group(y, tn, g, mag, sgn, _mm256_set1_epi16((short)(2 * (w >> 28) + 1)), isum);
     }
 }
@@ -127,10 +140,7 @@ static inline __attribute__((always_inline)) void a2_iq2_xxs_block(const uint8_t
 static inline __attribute__((always_inline)) void a2_iq2_s_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
                                                                  int tn, __m256i isum[A2_IQ_TOKS]) {
     const uint64_t *grid = quant_iq2s_grid;
-    const __m128i sc = _mm_loadl_epi64((const __m128i *)(x + 74)), m4 = _mm_set1_epi8(0x0f);
-    __m128i s = _mm_unpacklo_epi64(_mm_and_si128(sc, m4), _mm_and_si128(_mm_srli_epi16(sc, 4), m4));
-    s = _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
-    const __m256i S = _mm256_broadcastsi128_si256(s);
+    const __m256i S = a2_odd_scales(x + 74);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const uint8_t *q = x + 2 + 4 * g;
@@ -151,12 +161,10 @@ static inline __attribute__((always_inline)) void a2_iq3_s_block(const uint8_t *
     const uint32_t *grid = quant_iq3s_grid;
     uint32_t sl;
     memcpy(&sl, x + 106, 4);
-    __m256i sv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                  _mm256_set1_epi32(15));
-    sv = _mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1));
-    sv = _mm256_or_si256(sv, _mm256_slli_epi32(sv, 16));
+    const __m256i sv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(15));
     int32_t scale[8];
-    _mm256_storeu_si256((__m256i *)scale, sv);
+    a2_scale_words(_mm256_add_epi32(_mm256_add_epi32(sv, sv), _mm256_set1_epi32(1)), scale);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const uint8_t *q = x + 2 + 8 * g;
@@ -186,11 +194,9 @@ static inline __attribute__((always_inline)) void a2_iq4_xs_block(const uint8_t 
                                         _mm256_set1_epi32(15));
     const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
                                         _mm256_set1_epi32(3));
-    __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    ls = _mm256_and_si256(ls, _mm256_set1_epi32(0xffff));
-    ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
     int32_t scale[8];
-    _mm256_storeu_si256((__m256i *)scale, ls);
+    a2_scale_words(ls, scale);
     const __m256i lut = _mm256_broadcastsi128_si256(ldu128(quant_kvalues_iq4nl)), m4 = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
