@@ -108,16 +108,6 @@ static inline __attribute__((always_inline)) void a2_iq3_xxs_block(const uint8_t
     }
 }
 
-/* +1 / -1 bytes from 32 explicit sign bits (bit k: value k negative): each byte takes the mask
- * byte that holds its bit, tests it, and ORs in 1 (0xff or 0x01). */
-static inline __m256i a2_signs_pm1(uint32_t mask) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                            3, 3, 3, 3, 3);
-    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)mask), spread), bits);
-    return _mm256_or_si256(_mm256_cmpeq_epi8(v, bits), _mm256_set1_epi8(1));
-}
-
 /* IQ2_XXS (66 bytes: d | per group four 8-bit grid indices and a u32 of four 7-bit sign indices
  * and a 4-bit scale): one scale for the group's 32 values. */
 static inline __attribute__((always_inline)) void a2_iq2_xxs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
@@ -149,7 +139,7 @@ static inline __attribute__((always_inline)) void a2_iq2_s_block(const uint8_t *
                                                (long long)grid[q[2] | (hb >> 4 & 3) << 8], (long long)grid[q[3] | (hb >> 6) << 8]);
         uint32_t m;
         memcpy(&m, x + 34 + 4 * g, 4);
-        a2_iq_group(y, tn, g, mag, a2_signs_pm1(m), lane_words_u8(S, g, 8 + g), isum);
+        a2_iq_group(y, tn, g, mag, signs_pm1(m), lane_words_u8(S, g, 8 + g), isum);
     }
 }
 
@@ -175,7 +165,7 @@ static inline __attribute__((always_inline)) void a2_iq3_s_block(const uint8_t *
                                               (int)grid[q[6] | (hb >> 6 & 1) << 8], (int)grid[q[7] | (hb >> 7) << 8]);
         uint32_t m;
         memcpy(&m, x + 74 + 4 * g, 4);
-        a2_iq_group(y, tn, g, mag, a2_signs_pm1(m), _mm256_set1_epi32(scale[g]), isum);
+        a2_iq_group(y, tn, g, mag, signs_pm1(m), _mm256_set1_epi32(scale[g]), isum);
     }
 }
 

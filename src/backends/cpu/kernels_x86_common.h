@@ -41,6 +41,33 @@ static inline int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high ones (16..31). */
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i q = ldu128(p);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* Byte mask from 32 bits: 0xff in byte k where bit k of mask is set (byte k takes the byte of
+ * the mask that holds bit k, then tests bit k % 8). */
+static inline __m256i mask_bytes32(uint32_t mask) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)mask), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+}
+
+/* +1 / -1 bytes from 32 explicit sign bits (bit k: value k negative), for _mm256_sign_epi8 */
+static inline __m256i signs_pm1(uint32_t mask) { return _mm256_or_si256(mask_bytes32(mask), _mm256_set1_epi8(1)); }
+
+/* Q5 fifth bits: bit j of the 32-bit qh becomes 0x10 in byte j. */
+static inline __m256i q5_high(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_and_si256(mask_bytes32(h), _mm256_set1_epi8(0x10));
+}
+
 /* Eight vectors' eight lanes each summed: lane r of the result is the sum of v[r] (exact:
  * integers). Horizontal adds, then the 128-bit halves added and joined by one insert: a
  * lane-crossing vperm2i128 is eight micro-ops on Zen 1. */
