@@ -25,6 +25,7 @@ static void init_ksigns_pm1(void) {
         kernels_ksigns_pm1[i] = v;
     }
 }
+
 static kernel_isa best_isa = KERNEL_ISA_SCALAR;
 static kernel_isa cur_isa = KERNEL_ISA_SCALAR;
 static kernel_isa registered_isa = KERNEL_ISA_SCALAR; /* the highest level whose own kernels were registered */
