@@ -158,6 +158,7 @@ typedef struct kernel_set {
 void kernels_register_avx2(kernel_set *ks);
 void kernels_register_avx2_krows(kernel_set *ks); /* kernels_avx2_krows.c: Q4_K, Q5_K, Q6_K rows in lanes */
 void kernels_register_avx2_b32(kernel_set *ks);   /* kernels_avx2_b32.c: Q8_0 rows in lanes */
+void kernels_register_avx2_attn(kernel_set *ks);  /* kernels_avx2_attn.c: kernel_attn_tokens */
 void kernels_register_avx512(kernel_set *ks);
 void kernels_register_avx512_q2_0(kernel_set *ks); /* kernels_avx512_q2_0.c */
 void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */

@@ -13,6 +13,7 @@ void kernels_register_avx2(kernel_set *ks) {
     kx_register_common(ks);
     kernels_register_avx2_krows(ks); /* the K-quants' products: eight rows a reduction */
     kernels_register_avx2_b32(ks);   /* Q8_0's, the same way */
+    kernels_register_avx2_attn(ks);  /* prefill attention: tiles for a block of tokens and heads */
 }
 
 #endif
