@@ -179,7 +179,8 @@ A2AT_INLINE void a2at_tile(const int NQ, const int NV, const float *qg, size_t q
     const int nk = a2at_key_vectors(nt);
     for (int h0 = 0; h0 < G1; h0 += A2AT_HB) {
         const float *qh = qg + (size_t)h0 * q_stride;
-        __m256 vmax[A2AT_HB] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
+        __m256 vmax[A2AT_HB];
+        for (int h = 0; h < A2AT_HB; h++) vmax[h] = _mm256_set1_ps(-INFINITY);
 #define A2AT_SCORES(H, NK, I0) a2at_scores(NQ, H, NK, I0, qh, q_stride, kT, nt, scale, sc + h0, vmax)
 #define A2AT_SCORES_H(H)                                      \
     switch (nk) {                                             \
