@@ -81,9 +81,9 @@ A2AT_INLINE void a2at_keys_t(const int NQ, const float *k, size_t k_stride, int 
 /* Scores of key vectors i0 .. i0 + NK - 1 for H heads (q + h * q_stride): lane p of class c's
  * accumulator is key p's sum over d = c, c + 16, ... in order from zero; the fold adds classes
  * c and c + w for w = 8, 4, 2, 1, then * scale into sc[h]. Keys at or past nt score -inf (never
- * weighted); vmax[h] takes the maximum of the others. */
+ * weighted, never the maximum). */
 A2AT_INLINE void a2at_scores(const int NQ, const int H, const int NK, int i0, const float *q, size_t q_stride,
-                             const float *kT, int nt, float scale, float (*sc)[TILE], __m256 *vmax) {
+                             const float *kT, int nt, float scale, float (*sc)[TILE]) {
     __m256 part[16][A2AT_HB][A2AT_KB];
 #pragma GCC unroll 1
     for (int c = 0; c < 16; c++) {
@@ -127,7 +127,6 @@ A2AT_INLINE void a2at_scores(const int NQ, const int H, const int NK, int i0, co
             if (nt - p < 8) /* lanes of keys past nt */
                 sv = _mm256_blendv_ps(sv, ninf, _mm256_cmp_ps(lane, _mm256_set1_ps((float)(nt - p)), _CMP_GE_OQ));
             _mm256_store_ps(sc[h] + p, sv);
-            vmax[h] = _mm256_max_ps(sv, vmax[h]); /* a NaN score never wins (s > m ? s : m) */
         }
 }
 
@@ -169,24 +168,49 @@ A2AT_INLINE void a2at_values(const int NV, const int H, const float (*e)[TILE], 
     }
 }
 
-/* One token's tile (nt keys) for the G1 heads at qg / og: scores, the softmax step per head, the
- * values. m, l: the token's running maxima and sums. */
+/* One token's tile (nt keys, scores in sc up to the key vectors a2at_key_vectors(nt) covers,
+ * -inf past nt) for the G1 heads at og: the softmax step per head, then the values. m, l: the
+ * token's running maxima and sums. */
+A2AT_INLINE void a2at_softmax_values(const int NV, int G1, const float (*sc)[TILE], const float *vt, size_t v_stride,
+                                     int nt, float *m, double *l, float *og, size_t out_stride) {
+    _Alignas(32) float e[A2AT_GB][TILE];
+    float c[A2AT_GB];
+    const int np = 8 * a2at_key_vectors(nt);
+    for (int g = 0; g < G1; g++) {
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (int p = 0; p < np; p += 8) vmax = _mm256_max_ps(_mm256_load_ps(sc[g] + p), vmax); /* NaN never wins */
+        __m128 x = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+        x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+        const float mt = _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
+        const float mn = m[g] > mt ? m[g] : mt;
+        c[g] = kernel_exp_s(m[g] - mn);
+        l[g] = l[g] * (double)c[g];
+        m[g] = mn;
+        const __m256 vm = _mm256_set1_ps(mn);
+        for (int p = 0; p < nt; p += 8) _mm256_store_ps(e[g] + p, exp_s8(_mm256_sub_ps(_mm256_load_ps(sc[g] + p), vm)));
+    }
+    for (int h0 = 0; h0 < G1; h0 += A2AT_HB) {
+        if (G1 - h0 >= 2)
+            a2at_values(NV, 2, (const float(*)[TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride);
+        else
+            a2at_values(NV, 1, (const float(*)[TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride);
+    }
+}
+
+/* One token's tile from the transposed keys: scores for the G1 heads at qg, then the rest. */
 A2AT_INLINE void a2at_tile(const int NQ, const int NV, const float *qg, size_t q_stride, int G1, const float *kT,
                            const float *vt, size_t v_stride, int nt, float scale, float *m, double *l, float *og,
                            size_t out_stride) {
-    _Alignas(32) float sc[A2AT_GB][TILE], e[A2AT_GB][TILE];
-    float c[A2AT_GB];
+    _Alignas(32) float sc[A2AT_GB][TILE];
     const int nk = a2at_key_vectors(nt);
     for (int h0 = 0; h0 < G1; h0 += A2AT_HB) {
         const float *qh = qg + (size_t)h0 * q_stride;
-        __m256 vmax[A2AT_HB];
-        for (int h = 0; h < A2AT_HB; h++) vmax[h] = _mm256_set1_ps(-INFINITY);
-#define A2AT_SCORES(H, NK, I0) a2at_scores(NQ, H, NK, I0, qh, q_stride, kT, nt, scale, sc + h0, vmax)
-#define A2AT_SCORES_H(H)                                      \
-    switch (nk) {                                             \
-    case 1: A2AT_SCORES(H, 1, 0); break;                      \
-    case 2: A2AT_SCORES(H, 2, 0); break;                      \
-    case 4: A2AT_SCORES(H, 4, 0); break;                      \
+#define A2AT_SCORES(H, NK, I0) a2at_scores(NQ, H, NK, I0, qh, q_stride, kT, nt, scale, sc + h0)
+#define A2AT_SCORES_H(H)                                        \
+    switch (nk) {                                               \
+    case 1: A2AT_SCORES(H, 1, 0); break;                        \
+    case 2: A2AT_SCORES(H, 2, 0); break;                        \
+    case 4: A2AT_SCORES(H, 4, 0); break;                        \
     default: A2AT_SCORES(H, 4, 0); A2AT_SCORES(H, 4, 4); break; \
     }
         if (G1 - h0 >= 2) {
@@ -196,24 +220,46 @@ A2AT_INLINE void a2at_tile(const int NQ, const int NV, const float *qg, size_t q
         }
 #undef A2AT_SCORES_H
 #undef A2AT_SCORES
-        for (int h = 0; h < A2AT_HB && h0 + h < G1; h++) {
-            const int g = h0 + h;
-            __m128 x = _mm_max_ps(_mm256_castps256_ps128(vmax[h]), _mm256_extractf128_ps(vmax[h], 1));
-            x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-            const float mt = _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
-            const float mn = m[g] > mt ? m[g] : mt;
-            c[g] = kernel_exp_s(m[g] - mn);
-            l[g] = l[g] * (double)c[g];
-            m[g] = mn;
-            const __m256 vm = _mm256_set1_ps(mn);
-            for (int p = 0; p < nt; p += 8) _mm256_store_ps(e[g] + p, exp_s8(_mm256_sub_ps(_mm256_load_ps(sc[g] + p), vm)));
-        }
     }
-    for (int h0 = 0; h0 < G1; h0 += A2AT_HB) {
-        if (G1 - h0 >= 2)
-            a2at_values(NV, 2, (const float(*)[TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride);
-        else
-            a2at_values(NV, 1, (const float(*)[TILE])(e + h0), vt, v_stride, nt, c + h0, l + h0, og + (size_t)h0 * out_stride, out_stride);
+    a2at_softmax_values(NV, G1, (const float(*)[TILE])sc, vt, v_stride, nt, m, l, og, out_stride);
+}
+
+/* A row's running state before its first tile, its output zero */
+A2AT_INLINE void a2at_start(const int NV, float *m, double *l, float *o) {
+    *m = -INFINITY;
+    *l = 0.0;
+    for (int j = 0; j < NV; j++) _mm256_storeu_ps(o + 8 * j, _mm256_setzero_ps());
+}
+
+/* ... and after its last: o * float(1 / l) */
+A2AT_INLINE void a2at_finish(const int NV, double l, float *o) {
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / l));
+    for (int j = 0; j < NV; j++) _mm256_storeu_ps(o + 8 * j, _mm256_mul_ps(_mm256_loadu_ps(o + 8 * j), inv));
+}
+
+/* One token (a decode step, or a block too small to transpose for): each (head, key) score by
+ * the 16-lane dot and its fold (attn_dot16), the values as above, in registers. */
+A2AT_INLINE void a2at_token(const int NV, const float *q, size_t q_stride, int G, const float *k, size_t k_stride,
+                            const float *v, size_t v_stride, int n_kv, int hd, float scale, float *out,
+                            size_t out_stride) {
+    float m[A2AT_GB];
+    double l[A2AT_GB];
+    _Alignas(32) float sc[A2AT_GB][TILE];
+    for (int g0 = 0; g0 < G; g0 += A2AT_GB) {
+        const int G1 = G - g0 < A2AT_GB ? G - g0 : A2AT_GB;
+        for (int g = 0; g < G1; g++) a2at_start(NV, &m[g], &l[g], out + (size_t)(g0 + g) * out_stride);
+        for (int p0 = 0; p0 < n_kv; p0 += TILE) {
+            const int nt = n_kv - p0 < TILE ? n_kv - p0 : TILE, np = 8 * a2at_key_vectors(nt);
+            for (int g = 0; g < G1; g++) {
+                const float *qg = q + (size_t)(g0 + g) * q_stride;
+                int p = 0;
+                for (; p < nt; p++) sc[g][p] = attn_dot16(qg, k + (size_t)(p0 + p) * k_stride, hd) * scale;
+                for (; p < np; p++) sc[g][p] = -INFINITY;
+            }
+            a2at_softmax_values(NV, G1, (const float(*)[TILE])sc, v + (size_t)p0 * v_stride, v_stride, nt, m, l,
+                                out + (size_t)g0 * out_stride, out_stride);
+        }
+        for (int g = 0; g < G1; g++) a2at_finish(NV, l[g], out + (size_t)(g0 + g) * out_stride);
     }
 }
 
@@ -230,12 +276,8 @@ A2AT_INLINE void a2at_run(const int NQ, const int NV, const float *q, size_t q_t
         for (int g0 = 0; g0 < G; g0 += A2AT_GB) {
             const int G1 = G - g0 < A2AT_GB ? G - g0 : A2AT_GB;
             for (int t = 0; t < T1; t++)
-                for (int g = 0; g < G1; g++) {
-                    m[t][g] = -INFINITY;
-                    l[t][g] = 0.0;
-                    float *o = out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride;
-                    for (int j = 0; j < NV; j++) _mm256_storeu_ps(o + 8 * j, _mm256_setzero_ps());
-                }
+                for (int g = 0; g < G1; g++)
+                    a2at_start(NV, &m[t][g], &l[t][g], out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride);
             const int n_last = n_kv + t0 + T1 - 1; /* the last token's keys: the most */
             for (int p0 = 0; p0 < n_last; p0 += TILE) {
                 const int ntile = n_last - p0 < TILE ? n_last - p0 : TILE;
@@ -250,11 +292,8 @@ A2AT_INLINE void a2at_run(const int NQ, const int NV, const float *q, size_t q_t
                 }
             }
             for (int t = 0; t < T1; t++)
-                for (int g = 0; g < G1; g++) {
-                    const __m256 inv = _mm256_set1_ps((float)(1.0 / l[t][g]));
-                    float *o = out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride;
-                    for (int j = 0; j < NV; j++) _mm256_storeu_ps(o + 8 * j, _mm256_mul_ps(_mm256_loadu_ps(o + 8 * j), inv));
-                }
+                for (int g = 0; g < G1; g++)
+                    a2at_finish(NV, l[t][g], out + (size_t)(t0 + t) * out_tok_stride + (size_t)(g0 + g) * out_stride);
         }
     }
 }
@@ -270,6 +309,15 @@ A2AT(a2at_64, 4, 8)
 A2AT(a2at_128, 8, 16)
 A2AT(a2at_256, 16, 32)
 
+#define A2AT_TOKEN(NAME, NV)                                                                                   \
+    static void NAME(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,    \
+                     size_t v_stride, int n_kv, int hd, float scale, float *out, size_t out_stride) {            \
+        a2at_token(NV, q, q_stride, G, k, k_stride, v, v_stride, n_kv, hd, scale, out, out_stride);             \
+    }
+A2AT_TOKEN(a2at_token_64, 8)
+A2AT_TOKEN(a2at_token_128, 16)
+A2AT_TOKEN(a2at_token_256, 32)
+
 static void attn_tokens_avx2(const float *q, size_t q_tok_stride, size_t q_stride, int G, int T, const float *k,
                              size_t k_stride, const float *v, size_t v_stride, int n_kv, int hd, int hd_v, float scale,
                              float *out, size_t out_tok_stride, size_t out_stride, float *work) {
@@ -280,7 +328,13 @@ static void attn_tokens_avx2(const float *q, size_t q_tok_stride, size_t q_strid
         a2at_256(q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out, out_tok_stride, out_stride);
     else if (many && hd == 64 && hd_v == 64)
         a2at_64(q, q_tok_stride, q_stride, G, T, k, k_stride, v, v_stride, n_kv, scale, out, out_tok_stride, out_stride);
-    else
+    else if (hd % 16 == 0 && (hd_v == 64 || hd_v == 128 || hd_v == 256)) {
+        void (*one)(const float *, size_t, int, const float *, size_t, const float *, size_t, int, int, float, float *,
+                    size_t) = hd_v == 64 ? a2at_token_64 : hd_v == 128 ? a2at_token_128 : a2at_token_256;
+        for (int i = 0; i < T; i++)
+            one(q + (size_t)i * q_tok_stride, q_stride, G, k, k_stride, v, v_stride, n_kv + i, hd, scale,
+                out + (size_t)i * out_tok_stride, out_stride);
+    } else
         for (int i = 0; i < T; i++)
             a2at_one(q + (size_t)i * q_tok_stride, q_stride, G, k, k_stride, v, v_stride, n_kv + i, hd, hd_v, scale,
                      out + (size_t)i * out_tok_stride, out_stride, work);

@@ -173,4 +173,19 @@ static inline __m256 exp_s8(__m256 x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), valid);
 }
 
+/* The attention's score dot: fused multiply-adds in 16 lanes (i mod 16), folded 8, 4, 2, 1; n a
+ * multiple of 16 (kernels.h) */
+static inline float attn_dot16(const float *a, const float *b, int n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    }
+    __m256 t = _mm256_add_ps(lo, hi);
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    u = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));
+    return _mm_cvtss_f32(u);
+}
+
 #endif
