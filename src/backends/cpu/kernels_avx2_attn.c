@@ -42,7 +42,7 @@
 #define A2AT_INLINE static inline __attribute__((always_inline))
 #define A2AT_UNROLL _Pragma("GCC unroll 16")
 
-static kernel_attn_fn a2at_one; /* the level's one-token kernel (kx_register_common's) */
+static kernel_attn_fn a2at_one; /* kx_register_common's one-token kernel: the head sizes not instantiated here */
 
 /* Key vectors a token with nt keys in the tile scores: 1, 2, 4 or the whole tile. */
 static inline int a2at_key_vectors(int nt) { return nt <= 8 ? 1 : nt <= 16 ? 2 : nt <= 32 ? 4 : TILE / 8; }
