@@ -342,9 +342,17 @@ static void attn_tokens_avx2(const float *q, size_t q_tok_stride, size_t q_strid
                      out + (size_t)i * out_tok_stride, out_stride, work);
 }
 
-/* After kx_register_common (its one-token kernel serves the short blocks). */
+/* kernel_attn: one token through the same path, as at the AVX-512 level (ops_qsa.c calls it) */
+static void attn_avx2(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, const float *v,
+                      size_t v_stride, int n_kv, int hd, int hd_v, float scale, float *out, size_t out_stride,
+                      float *work) {
+    attn_tokens_avx2(q, 0, q_stride, G, 1, k, k_stride, v, v_stride, n_kv, hd, hd_v, scale, out, 0, out_stride, work);
+}
+
+/* After kx_register_common: its one-token kernel stays for the head sizes not instantiated here. */
 void kernels_register_avx2_attn(kernel_set *ks) {
     a2at_one = ks->attn;
+    ks->attn = attn_avx2;
     ks->attn_tokens = attn_tokens_avx2;
 }
 
