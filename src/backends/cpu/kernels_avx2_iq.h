@@ -172,28 +172,44 @@ static inline __attribute__((always_inline)) void a2_iq3_s_block(const uint8_t *
 /* IQ4_XS (136 bytes: d | 2 high scale bits per group (u16) | 4 bits per group (u32) | 128 bytes
  * of nibbles): group g's codes are its 16 bytes' low nibbles then high ones, through the IQ4_NL
  * table; the group's scale ls - 32 is signed. The products go as |code| x (activation with the
- * code's sign); no code is 0. */
+ * code's sign); no code is 0. Two groups at a time from one 32-byte load: the low nibbles are
+ * the first 16 values of groups 2p (low lane) and 2p + 1 (high lane), the high nibbles their
+ * last 16, against activations packed in that order (a2_iq4_xs_order); a pair's two scale words
+ * are one shuffle. (One group a time, a 16-byte load, a shift and a lane insert each: one token
+ * 4.46 against 5.37 GB/s, Zen 1, 2026-12-05.) */
 static inline __attribute__((always_inline)) void a2_iq4_xs_block(const uint8_t *x, const uint8_t *const y[A2_IQ_TOKS],
                                                                   int tn, __m256i isum[A2_IQ_TOKS]) {
     uint16_t sh;
     uint32_t sl;
     memcpy(&sh, x + 2, 2);
     memcpy(&sl, x + 4, 4);
-    /* ls_g - 32 = (bits 4g..4g+3 of sl | bits 2g..2g+1 of sh << 4) - 32, as a word in both halves */
+    /* ls_g - 32 = (bits 4g..4g+3 of sl | bits 2g..2g+1 of sh << 4) - 32, eight words in both lanes */
     const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
                                         _mm256_set1_epi32(15));
     const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
                                         _mm256_set1_epi32(3));
     const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    int32_t scale[8];
-    a2_scale_words(ls, scale);
+    const __m256i sw = _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1)));
     const __m256i lut = _mm256_broadcastsi128_si256(ldu128(quant_kvalues_iq4nl)), m4 = _mm256_set1_epi8(0x0f);
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        const __m128i b = ldu128(x + 8 + 16 * g);
-        const __m256i codes = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1), m4);
-        const __m256i k = _mm256_shuffle_epi8(lut, codes);
-        a2_iq_group(y, tn, g, _mm256_sign_epi8(k, k), k, _mm256_set1_epi32(scale[g]), isum);
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const __m256i v = ldu(x + 8 + 32 * p);
+        const __m256i kf = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        const __m256i kl = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        const __m256i s = lane_words_w(sw, 2 * p, 2 * p + 1);
+        a2_iq_group(y, tn, 2 * p, _mm256_sign_epi8(kf, kf), kf, s, isum);
+        a2_iq_group(y, tn, 2 * p + 1, _mm256_sign_epi8(kl, kl), kl, s, isum);
+    }
+}
+
+/* IQ4_XS's activation order within a super-block's 256 codes (a2_iq4_xs_block): of every 64
+ * (groups 2p and 2p + 1, A and B), A's first 16, B's first 16, A's last 16, B's last 16. */
+static inline void a2_iq4_xs_order(uint8_t *codes) {
+    for (int p = 0; p < 4; p++) {
+        uint8_t t[16];
+        memcpy(t, codes + 64 * p + 16, 16);
+        memcpy(codes + 64 * p + 16, codes + 64 * p + 32, 16);
+        memcpy(codes + 64 * p + 32, t, 16);
     }
 }
 

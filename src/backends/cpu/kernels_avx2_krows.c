@@ -37,8 +37,8 @@
 
 enum { A2_Q4_K, A2_Q5_K, A2_Q6_K, A2_Q2_K, A2_Q3_K, A2_IQ2_XS, A2_IQ3_XXS, A2_IQ4_XS, A2_IQ2_XXS, A2_IQ2_S, A2_IQ3_S };
 static const int a2_bytes[] = {144, 176, 210, 84, 110, 74, 98, 136, 66, 82, 110};
-/* where a super-block keeps its d and (kinds with mins) its dmin, f16 */
-static const int a2_d_at[] = {0, 0, 208, 80, 108, 0, 0, 0, 0, 0, 0}, a2_dmin_at[] = {2, 2, 0, 82, 0, 0, 0, 0, 0, 0, 0};
+/* where a super-block keeps its d, f16 (kinds with mins: the dmin in the next two bytes) */
+static const int a2_d_at[] = {0, 0, 208, 80, 108, 0, 0, 0, 0, 0, 0};
 /* the reference's factor on the sum of a row's super-blocks (1: none) */
 static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1.0f, 0.125f, 0.125f, 1.0f};
 /* kinds with a dmin and the activations' sums (summs) */
@@ -48,10 +48,46 @@ static const float a2_factor[] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.125f, 0.25f, 1
 /* The packed activations are the Q8_K rows themselves, one after the other. */
 static size_t a2_packed_bytes(int64_t n, int toks) { return (size_t)toks * (size_t)(n / QK) * Q8K_BYTES; }
 
+/* The Q8_K rows of tokens t0 .. t1 - 1 copied, then (each: NULL for none) every copied
+ * super-block handed to `each` to be put in a kind's own order. */
+static void a2_pack_with(int64_t n, const void *a, size_t a_stride, int t0, int t1, void *dst, void (*each)(uint8_t *sb)) {
+    const int64_t nsb = n / QK;
+    const size_t row = (size_t)nsb * Q8K_BYTES;
+    for (int t = t0; t < t1; t++) {
+        uint8_t *r = (uint8_t *)dst + (size_t)t * row;
+        memcpy(r, (const uint8_t *)a + (size_t)t * a_stride, row);
+        if (each)
+            for (int64_t b = 0; b < nsb; b++) each(r + (size_t)b * Q8K_BYTES);
+    }
+}
+
 static void a2_pack(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
     (void)toks;
-    const size_t row = (size_t)(n / QK) * Q8K_BYTES;
-    for (int t = t0; t < t1; t++) memcpy((uint8_t *)dst + (size_t)t * row, (const uint8_t *)a + (size_t)t * a_stride, row);
+    a2_pack_with(n, a, a_stride, t0, t1, dst, NULL);
+}
+
+/* Q4_K / Q5_K take their mins per 32 values: each super-block's first eight 16-value sums
+ * replaced by the eight 32-value sums (Q8_K codes are within +-127, so at most 32 * 127 in
+ * magnitude: a word), so that a row's summs is one 128-bit madd by its eight mins. */
+static void a2_sum32(uint8_t *sb) {
+    int16_t s16[16], s32[8];
+    memcpy(s16, sb + 260, sizeof s16);
+    for (int j = 0; j < 8; j++) s32[j] = (int16_t)(s16[2 * j] + s16[2 * j + 1]);
+    memcpy(sb + 260, s32, sizeof s32);
+}
+
+static void a2_pack_sum32(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
+    (void)toks;
+    a2_pack_with(n, a, a_stride, t0, t1, dst, a2_sum32);
+}
+
+/* IQ4_XS reads its activations two groups at a time (a2_iq4_xs_block): each super-block's
+ * codes in that order; d and the sums stay where they are. */
+static void a2_iq4_xs_codes(uint8_t *sb) { a2_iq4_xs_order(sb + 4); }
+
+static void a2_pack_iq4_xs(int64_t n, const void *a, size_t a_stride, int toks, int t0, int t1, void *dst) {
+    (void)toks;
+    a2_pack_with(n, a, a_stride, t0, t1, dst, a2_iq4_xs_codes);
 }
 
 /* Row x's super-block against tn tokens' Q8_K blocks (y[t]): isum[t]'s lanes sum to the exact
@@ -90,12 +126,15 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i q = ldu(x + qs + 32 * h);
+            /* Q3_K: its signed scales 8h .. 8h + 7 as words in both lanes (lane_words_w) */
+            const __m256i sw = kind == A2_Q3_K ? _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8))
+                                               : _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 const int j = 4 * h + k;
                 __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
                 if (kind == A2_Q3_K) u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, j), one), 2));
-                const __m256i s = kind == A2_Q2_K ? lane_words_u8(scb, 2 * j, 2 * j + 1) : lane_words_s8(scb, 2 * j, 2 * j + 1);
+                const __m256i s = kind == A2_Q2_K ? lane_words_u8(scb, 2 * j, 2 * j + 1) : lane_words_w(sw, 2 * k, 2 * k + 1);
 #pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ldu(y[t] + 4 + 32 * j)), s));
@@ -110,14 +149,16 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     }
     if (kind == A2_Q6_K) {
         const __m128i sc8 = ldu128(x + 192); /* the sixteen scales */
-        const __m256i sc = _mm256_cvtepi8_epi16(sc8), scb = _mm256_broadcastsi128_si256(sc8);
+        const __m256i sc = _mm256_cvtepi8_epi16(sc8);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i u[4];
             q6k_codes_half(x, h, u);
+            /* scales 8h .. 8h + 7 as words in both lanes */
+            const __m256i sw = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                const __m256i s = lane_words_s8(scb, 8 * h + 2 * k, 8 * h + 2 * k + 1); /* sub-blocks 2j, 2j + 1 (j = 4h + k) */
+                const __m256i s = lane_words_w(sw, 2 * k, 2 * k + 1); /* sub-blocks 2j, 2j + 1 (j = 4h + k) */
 #pragma GCC unroll 4
                 for (int t = 0; t < tn; t++)
                     isum[t] = _mm256_add_epi32(isum[t],
@@ -131,11 +172,10 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
         return;
     }
     const __m128i s8 = k4_scales8(x + 4); /* bytes 0..7 scales, 8..15 mins */
-    /* the mins as word pairs [m_j, m_j]: the 16-value sums 2j and 2j + 1 take min j */
-    __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(s8, 8));
-    mins = _mm256_or_si256(mins, _mm256_slli_epi32(mins, 16));
+    /* the mins as words against the 32-value sums (a2_pack_sum32); the high lane is zero */
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(s8, 8));
 #pragma GCC unroll 4
-    for (int t = 0; t < tn; t++) summs[t] = _mm256_madd_epi16(ldu(y[t] + 260), mins);
+    for (int t = 0; t < tn; t++) summs[t] = _mm256_zextsi128_si256(_mm_madd_epi16(ldu128(y[t] + 260), mins));
     const int qs = kind == A2_Q4_K ? 16 : 48;
     const __m256i hb = kind == A2_Q5_K ? ldu(x + 16) : _mm256_setzero_si256();
     const __m256i one = _mm256_set1_epi8(1);
@@ -162,16 +202,12 @@ static inline __attribute__((always_inline)) void a2_block(const int kind, const
     }
 }
 
-/* The d and (kinds with mins) dmin of super-block b of eight rows. */
+/* The d and (kinds with mins) dmin of the super-blocks at byte off of eight rows (the dmin is
+ * the f16 after the d; a word from the d would pass Q6_K's and Q3_K's block ends). */
 static inline void a2_scales(const int kind, const uint8_t *const wr[A2_ROWS], size_t off, __m256 *dw, __m256 *mw) {
-    uint16_t d[A2_ROWS], m[A2_ROWS];
-    const size_t doff = (size_t)a2_d_at[kind], moff = (size_t)a2_dmin_at[kind];
-    for (int r = 0; r < A2_ROWS; r++) {
-        memcpy(&d[r], wr[r] + off + doff, 2);
-        if (A2_HAS_MINS(kind)) memcpy(&m[r], wr[r] + off + moff, 2);
-    }
-    *dw = _mm256_cvtph_ps(ldu128(d));
-    *mw = A2_HAS_MINS(kind) ? _mm256_cvtph_ps(ldu128(m)) : _mm256_setzero_ps();
+    const int doff = a2_d_at[kind];
+    *mw = _mm256_setzero_ps();
+    *dw = avx2_rows8_f16(wr, off + (size_t)doff, doff + 4 > a2_bytes[kind], A2_HAS_MINS(kind) ? mw : NULL);
 }
 
 /* Row r's super-block x against the tokens, its sums into column r of is (and ms); pf: the next
@@ -207,15 +243,12 @@ static inline __attribute__((always_inline)) void a2_group(const int kind, int64
 #pragma GCC unroll 4
         for (int t = 0; t < A2_TOKS; t++) y[t] = packed + (size_t)(t < tn ? t : 0) * tb + (size_t)b * Q8K_BYTES;
         __m256i is[A2_TOKS][A2_ROWS], ms[A2_TOKS][A2_ROWS];
-        /* the I-quants' longer decoding, unrolled over the rows, kept too many values live
-         * (gcc spilled the grid indices): one row at a time there */
-        if (A2_IS_IQ(kind)) {
+        /* one row at a time: unrolled over the rows, the decoding kept more values live than
+         * AVX2's sixteen registers hold (gcc spilled the I-quants' grid indices) and the loop
+         * grew to 3-5 KB of code; rolled, one token ran Q6_K +20%, Q2_K +14%, Q3_K +9%, Q5_K +4%
+         * faster and Q4_K the same (bench_kernels --toks 1, Zen 1, 2026-12-05) */
 #pragma GCC unroll 1
-            for (int r = 0; r < A2_ROWS; r++) a2_row(kind, wr[r] + off, next ? next[r] + off : NULL, y, tn, r, is, ms);
-        } else {
-#pragma GCC unroll 8
-            for (int r = 0; r < A2_ROWS; r++) a2_row(kind, wr[r] + off, next ? next[r] + off : NULL, y, tn, r, is, ms);
-        }
+        for (int r = 0; r < A2_ROWS; r++) a2_row(kind, wr[r] + off, next ? next[r] + off : NULL, y, tn, r, is, ms);
         __m256 dw, mw;
         a2_scales(kind, wr, off, &dw, &mw);
 #pragma GCC unroll 4
@@ -262,23 +295,23 @@ static inline __attribute__((always_inline)) void a2_run(const int kind, int64_t
     }
 }
 
-#define A2_TILE(NAME, KIND)                                                                             \
+#define A2_TILE(NAME, KIND, PACK)                                                                       \
     static void NAME##_run(int64_t n, const void *w, size_t ws, int rows, const void *packed, int toks,   \
                            float *out, size_t os) {                                                      \
         a2_run(KIND, n, w, ws, rows, packed, toks, out, os);                                             \
     }                                                                                                    \
-    static const kernel_tile NAME = {a2_packed_bytes, a2_pack, NAME##_run, 1, A2_ROWS};
-A2_TILE(tile_q4_k_a2, A2_Q4_K)
-A2_TILE(tile_q5_k_a2, A2_Q5_K)
-A2_TILE(tile_q6_k_a2, A2_Q6_K)
-A2_TILE(tile_q2_k_a2, A2_Q2_K)
-A2_TILE(tile_q3_k_a2, A2_Q3_K)
-A2_TILE(tile_iq2_xs_a2, A2_IQ2_XS)
-A2_TILE(tile_iq3_xxs_a2, A2_IQ3_XXS)
-A2_TILE(tile_iq4_xs_a2, A2_IQ4_XS)
-A2_TILE(tile_iq2_xxs_a2, A2_IQ2_XXS)
-A2_TILE(tile_iq2_s_a2, A2_IQ2_S)
-A2_TILE(tile_iq3_s_a2, A2_IQ3_S)
+    static const kernel_tile NAME = {a2_packed_bytes, PACK, NAME##_run, 1, A2_ROWS};
+A2_TILE(tile_q4_k_a2, A2_Q4_K, a2_pack_sum32)
+A2_TILE(tile_q5_k_a2, A2_Q5_K, a2_pack_sum32)
+A2_TILE(tile_q6_k_a2, A2_Q6_K, a2_pack)
+A2_TILE(tile_q2_k_a2, A2_Q2_K, a2_pack)
+A2_TILE(tile_q3_k_a2, A2_Q3_K, a2_pack)
+A2_TILE(tile_iq2_xs_a2, A2_IQ2_XS, a2_pack)
+A2_TILE(tile_iq3_xxs_a2, A2_IQ3_XXS, a2_pack)
+A2_TILE(tile_iq4_xs_a2, A2_IQ4_XS, a2_pack_iq4_xs)
+A2_TILE(tile_iq2_xxs_a2, A2_IQ2_XXS, a2_pack)
+A2_TILE(tile_iq2_s_a2, A2_IQ2_S, a2_pack)
+A2_TILE(tile_iq3_s_a2, A2_IQ3_S, a2_pack)
 
 /* From one token on (min_toks 1); a thread's rows start at a multiple of eight (row_group). */
 void kernels_register_avx2_krows(kernel_set *ks) {
