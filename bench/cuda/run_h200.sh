@@ -48,6 +48,10 @@
 #   ktrace    kernel trace of the decode graph (sluice-ktrace from KTRACE=1 pack.sh): per kernel,
 #             the time from its start to the next one's, on both shapes (src/backends/cuda/cuda_ktrace.cu);
 #             KTRACE_ENV="VAR=1 ...[;VAR2=1 ...]": one more trace per ';'-separated set of variables
+#   ncuk      Nsight Compute's detail (speed of light, memory, warp states, occupancy) of single
+#             decode kernels of the 35B-A3B shape, eager: the output head (the one Q6_K one-token
+#             full-warp product of a step) and the first layer's expert gate/up and down launches;
+#             NCUK_ENV="VAR=1 ...": the head and the expert launches once more with these variables
 #   quick35   the least device time for one side-by-side number: the 35B-A3B shape alone,
 #             synthesized in the background from the start, then sluice bench --gpu and
 #             llama.cpp's llama-bench -ngl 99 (-fa off) at pp512 + tg64, one repetition each
@@ -120,6 +124,7 @@ has eager && BIGS+=("$Q35")
 has stream && [ -z "${STREAM_NO_SKEW:-}" ] && BIGS+=("$Q35Z")
 has pprof && BIGS+=("$Q35" "$Q30")
 has ktrace && BIGS+=("$Q35" "$Q30")
+has ncuk && BIGS+=("$Q35")
 has stream30 && BIGS+=("$Q30")
 if [ ${#BIGS[@]} -gt 0 ]; then
   ( for f in $(printf '%s\n' "${BIGS[@]}" | awk '!seen[$0]++'); do
@@ -474,6 +479,32 @@ if has ktrace; then # needs sluice-ktrace in bin.tar.xz (KTRACE=1 bench/cuda/pac
       done
     fi
   done
+fi
+
+if has ncuk && command -v ncu >/dev/null && wait_for "$Q35"; then
+  NS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats"
+  # the output head: k_mv_q<Q6_K, 1 token, plain, full warp, one row a warp>, once a step
+  ncu_head() {
+    timeout 150 ncu --clock-control none --kernel-name-base mangled --kernel-name regex:_Z6k_mv_qILi14ELi1ELb0ELi32ELb0EE \
+      --launch-count 1 $NS "$SL" bench -m "$Q35" --gpu --no-graph --no-warmup -p 1 -n 1 -r 1 >> "$OUT/ncuk.txt" 2>&1
+  }
+  : > "$OUT/ncuk.txt"
+  ncu_head
+  say "ncuk head: rc=$?"
+  # the first layer's routed expert launches: gate/up with SwiGLU (DUAL) and the half-warp down rows
+  ncu_experts() {
+    timeout 150 ncu --clock-control none --kernel-name-base mangled \
+      --kernel-name "regex:_Z(6k_mv_q|13k_mv_q_capped)ILi1[24]ELi1E(Lb1ELi32|Lb0ELi16)" --launch-count 3 $NS \
+      "$SL" bench -m "$Q35" --gpu --no-graph --no-warmup -p 1 -n 1 -r 1 >> "$OUT/ncuk.txt" 2>&1
+  }
+  ncu_experts
+  say "ncuk experts: rc=$?"
+  if [ -n "${NCUK_ENV:-}" ]; then
+    echo "== with $NCUK_ENV" >> "$OUT/ncuk.txt"
+    ( export $NCUK_ENV; ncu_head; ncu_experts )
+    say "ncuk head and experts with $NCUK_ENV: rc=$?"
+  fi
+  grep -aE "k_mv_q|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$OUT/ncuk.txt" >> "$OUT/summary.txt"
 fi
 
 if has quick35; then
