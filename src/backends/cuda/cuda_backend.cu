@@ -1016,6 +1016,7 @@ backend *backend_cuda_new(const backend_cuda_params *p, char *err, size_t err_le
     c->no_add_norm = getenv("SLUICE_CUDA_NO_ADD_NORM") != nullptr;
     c->mm_cols64 = getenv("SLUICE_CUDA_MM_COLS64") != nullptr;
     c->mv_prefetch = getenv("SLUICE_CUDA_MV_PREFETCH") ? atoi(getenv("SLUICE_CUDA_MV_PREFETCH")) : 3;
+    c->q6_spread = !getenv("SLUICE_CUDA_Q6_SPREAD") || atoi(getenv("SLUICE_CUDA_Q6_SPREAD")) != 0;
     c->act_trace = getenv("SLUICE_CUDA_ACT_TRACE") != nullptr;
     c->shared_in_experts = getenv("SLUICE_CUDA_SHARED_APART") == nullptr;
     c->mv_half = !getenv("SLUICE_CUDA_MV_HALF") || atoi(getenv("SLUICE_CUDA_MV_HALF")) != 0;

@@ -297,6 +297,8 @@ struct cuda_backend {
                                 * the routed experts as soon as they are chosen (moe_prefetch;
                                 * off by default since the shared expert left the chain: its
                                 * launch then cost more than it saved) */
+    int q6_spread;             /* matrix-vector Q6_K rows by q6s_chunk (cuda_matmul.cu);
+                                * SLUICE_CUDA_Q6_SPREAD=0 turns it off (measurement) */
     int timed_replays;
     double graph_gpu_ms, graph_call_ms;
     /* routed experts computed by the host (cuda_moe_host.cu, --gpu-miss host) */

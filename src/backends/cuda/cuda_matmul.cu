@@ -160,6 +160,7 @@ struct mv_args {
     unsigned mboff[MV_MULTI_MAX + 1];
     int nm1; /* k_mv_q_mix: matrices nm1 .. nm - 1 are of its second type */
     int pf; /* cuda_backend::mv_prefetch */
+    int q6s; /* cuda_backend::q6_spread: Q6_K rows by q6s_chunk */
     float *xout; /* the extra slots' output (mm_src::extra) */
     /* the F32 activations, encoded to Q8_K by each block itself (half-warp rows of K <= 512,
      * cuda_mv_encodes: one link, the encoding launch, fewer); NULL: a is already encoded */
@@ -232,6 +233,59 @@ __device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t 
     if (DUAL && lane == 1) l2_prefetch(w2, bytes);
 }
 
+/* Two little-endian words from 2-byte aligned p: three aligned loads from the word at or below p
+ * and two funnel shifts (ld32x8_a2's form; the third word lies inside the 4 bytes after p's
+ * span, which the callers keep inside the block). */
+__device__ __forceinline__ void ld32x2_a2(const uint8_t *p, uint32_t w[2]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t *q = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
+    const unsigned sh = (unsigned)(a & 3) * 8;
+    const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
+    w[0] = __funnelshift_r(q0, q1, sh);
+    w[1] = __funnelshift_r(q1, q2, sh);
+}
+
+/* A Q6_K block's share for lane group `sub` (0..7) of its 8 lanes, spread over the block's four
+ * quadrants instead of one run of 32 values: h = sub / 4 (which 128 values), l0 = 8 (sub % 4);
+ * words q[2r], q[2r + 1] hold values 128 h + 32 r + l0 .. + 7 (r = 0..3), each with its 16-value
+ * group's scale sc[r]. The 32 values' bits then come from 8 bytes of ql at 64 h + l0 (low
+ * nibbles: r = 0, high: r = 2), 8 at 64 h + 32 + l0 (r = 1, 3) and 8 of qh at 128 + 32 h + l0
+ * (two bits for each r), 24 bytes, where dchunk<QT_Q6_K>'s run of 32 loads 64 (ql's and qh's
+ * words around it, 18 loads and 16 funnel shifts a lane). The output head of a one-token step
+ * is a Q6_K product that Nsight Compute found issue-bound (SM throughput 77%, DRAM 50%;
+ * bench/results/2026-12-05-cuda-occupancy.md). The 8 lanes' integer sums per block are the
+ * same integers in another grouping, so the block terms, and every bit after them, are those of
+ * dchunk's form. */
+__device__ __forceinline__ void q6s_chunk(const uint8_t *b, int sub, uint32_t q[8], int sc[4]) {
+    const int h = sub >> 2, l0 = 8 * (sub & 3);
+    uint32_t lo[2], hi[2], qh[2];
+    ld32x2_a2(b + 64 * h + l0, lo);
+    ld32x2_a2(b + 64 * h + 32 + l0, hi);
+    ld32x2_a2(b + 128 + 32 * h + l0, qh);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        q[0 + i] = __vsub4((lo[i] & 0x0F0F0F0Fu) | ((qh[i] << 4) & 0x30303030u), 0x20202020u);
+        q[2 + i] = __vsub4((hi[i] & 0x0F0F0F0Fu) | ((qh[i] << 2) & 0x30303030u), 0x20202020u);
+        q[4 + i] = __vsub4(((lo[i] >> 4) & 0x0F0F0F0Fu) | (qh[i] & 0x30303030u), 0x20202020u);
+        q[6 + i] = __vsub4(((hi[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> 2) & 0x30303030u), 0x20202020u);
+    }
+    const uint8_t *scp = b + 192 + 8 * h + (l0 >> 4);
+#pragma unroll
+    for (int r = 0; r < 4; r++) sc[r] = (int8_t)scp[2 * r];
+}
+
+/* q6s_chunk's words against the activations at ap (the block's values 128 h + l0 of the token):
+ * four runs of 8 bytes, 32 apart */
+__device__ __forceinline__ int q6s_dot(const uint32_t q[8], const int sc[4], const int8_t *ap) {
+    int s = 0;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const uint2 a = *reinterpret_cast<const uint2 *>(ap + 32 * r);
+        s += sc[r] * __dp4a((int)q[2 * r + 1], (int)a.y, __dp4a((int)q[2 * r], (int)a.x, 0));
+    }
+    return s;
+}
+
 /* One output row (one warp): lane groups of B / 32 lanes take a block each, BPI blocks per
  * iteration; group g adds the terms of blocks g, g + BPI, ... in order, then the butterfly over
  * the lanes: the order depends on K and the type alone.
@@ -273,7 +327,27 @@ __device__ __forceinline__ void mv_q_row(const mv_args &A, const mv_part &P, int
         float fw = 0, fm = 0, fw2 = 0, fm2 = 0;
 #pragma unroll
         for (int t = 0; t < NT; t++) is[t] = ms[t] = is2[t] = ms2[t] = 0;
-        if (valid) {
+        if (T == QT_Q6_K && A.q6s && valid) {
+            const uint8_t *bp = w + (size_t)blk * BYTES;
+            uint32_t q[8], q2[8];
+            int sc[4], sc2[4];
+            q6s_chunk(bp, sub, q, sc);
+            dfloats<T>(bp, fw, fm);
+            if (TWO) {
+                const uint8_t *bp2 = w2 + (size_t)blk * BYTES;
+                q6s_chunk(bp2, sub, q2, sc2);
+                dfloats<T>(bp2, fw2, fm2);
+            }
+            const int off = 128 * (sub >> 2) + 8 * (sub & 3);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const int8_t *ap = aq + (size_t)(arow0 + t) * A.K + (size_t)blk * B + off;
+                    is[t] = q6s_dot(q, sc, ap);
+                    if (TWO) is2[t] = q6s_dot(q2, sc2, ap);
+                }
+            }
+        } else if (valid) {
             const uint8_t *bp = w + (size_t)blk * BYTES;
             uint32_t q[8], q2[8];
             int sc[2], mn[2], sc2[2], mn2[2];
@@ -589,6 +663,7 @@ void cuda_matvec(cuda_backend *c, uint32_t type, int64_t K, int64_t rows, const 
     A.ostride = ostride;
     A.tb = c->tables;
     A.pf = c->mv_prefetch;
+    A.q6s = c->q6_spread;
     A.nm = 0;
     const bool dual = s2 != nullptr;
     switch (type) {
@@ -1154,6 +1229,7 @@ static bool mv_mixed(cuda_backend *c, int nw, const tview *const *w, const float
     A.n = 1;
     A.tb = c->tables;
     A.pf = c->mv_prefetch;
+    A.q6s = c->q6_spread;
     mv_set_matrices(c, A, nw, w, out);
     A.nm1 = i1;
     const dim3 grid(mv_blocks(A, 4), 1);
@@ -1197,6 +1273,7 @@ void cuda_op_matmul_multi(backend *b, int nw, const tview *const *w, const float
         A.n = n;
         A.tb = c->tables;
         A.pf = c->mv_prefetch;
+        A.q6s = c->q6_spread;
         mv_set_matrices(c, A, j - i, w + i, out + i);
         switch (w[i]->type) {
 #define MV_CASE(T)                                                                               \
