@@ -233,18 +233,6 @@ __device__ __forceinline__ void mv_prefetch_row(const uint8_t *w, const uint8_t 
     if (DUAL && lane == 1) l2_prefetch(w2, bytes);
 }
 
-/* Two little-endian words from 2-byte aligned p: three aligned loads from the word at or below p
- * and two funnel shifts (ld32x8_a2's form; the third word lies inside the 4 bytes after p's
- * span, which the callers keep inside the block). */
-__device__ __forceinline__ void ld32x2_a2(const uint8_t *p, uint32_t w[2]) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint32_t *q = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
-    const unsigned sh = (unsigned)(a & 3) * 8;
-    const uint32_t q0 = q[0], q1 = q[1], q2 = q[2];
-    w[0] = __funnelshift_r(q0, q1, sh);
-    w[1] = __funnelshift_r(q1, q2, sh);
-}
-
 /* A Q6_K block's share for lane group `sub` (0..7) of its 8 lanes, spread over the block's four
  * quadrants instead of one run of 32 values: h = sub / 4 (which 128 values), l0 = 8 (sub % 4);
  * words q[2r], q[2r + 1] hold values 128 h + 32 r + l0 .. + 7 (r = 0..3), each with its 16-value
@@ -259,9 +247,9 @@ __device__ __forceinline__ void ld32x2_a2(const uint8_t *p, uint32_t w[2]) {
 __device__ __forceinline__ void q6s_chunk(const uint8_t *b, int sub, uint32_t q[8], int sc[4]) {
     const int h = sub >> 2, l0 = 8 * (sub & 3);
     uint32_t lo[2], hi[2], qh[2];
-    ld32x2_a2(b + 64 * h + l0, lo);
-    ld32x2_a2(b + 64 * h + 32 + l0, hi);
-    ld32x2_a2(b + 128 + 32 * h + l0, qh);
+    ld32s_a2<2>(b + 64 * h + l0, lo);
+    ld32s_a2<2>(b + 64 * h + 32 + l0, hi);
+    ld32s_a2<2>(b + 128 + 32 * h + l0, qh);
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         q[0 + i] = __vsub4((lo[i] & 0x0F0F0F0Fu) | ((qh[i] << 4) & 0x30303030u), 0x20202020u);

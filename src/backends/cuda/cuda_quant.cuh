@@ -169,24 +169,24 @@ template <int A> QD uint32_t ld32(const uint8_t *p) {
     }
 }
 
-/* Eight little-endian words from 2-byte aligned p (Q6_K's 210-byte blocks put every other
- * block at 2 mod 4). On the device: nine aligned 32-bit loads from the word at or below p and a
- * funnel shift each (shift 0 when p is aligned), where ld32<2> takes sixteen 16-byte loads;
- * the ninth word lies inside the 32 bytes after p's span, which callers guarantee readable. */
-QD void ld32x8_a2(const uint8_t *p, uint32_t w[8]) {
+/* N little-endian words from 2-byte aligned p (Q6_K's 210-byte blocks put every other block at
+ * 2 mod 4). On the device: N + 1 aligned 32-bit loads from the word at or below p and a funnel
+ * shift each (shift 0 when p is aligned), where ld32<2> takes 2N 16-bit loads; the last word lies
+ * inside the 4 bytes after p's span, which callers guarantee readable. */
+template <int N> QD void ld32s_a2(const uint8_t *p, uint32_t w[N]) {
 #ifdef __CUDA_ARCH__
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const uint32_t *q = reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
     const unsigned sh = (unsigned)(a & 3) * 8;
     uint32_t prev = q[0];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N; i++) {
         const uint32_t next = q[i + 1];
         w[i] = __funnelshift_r(prev, next, sh);
         prev = next;
     }
 #else
-    for (int i = 0; i < 8; i++) w[i] = ld32<2>(p + 4 * i);
+    for (int i = 0; i < N; i++) w[i] = ld32<2>(p + 4 * i);
 #endif
 }
 
@@ -298,11 +298,11 @@ QD void dchunk<QT_Q6_K>(const uint8_t *b, int c, const qtables *, uint32_t q[8],
                                                 int sc[2], int mn[2]) {
     const int h = c >> 2, a = c & 3;
     /* ql: 32 bytes at 0, 32, 64 or 96, qh at 128 or 160: the word after each span is still in
-     * the block (at most byte 195 of 210), as ld32x8_a2 needs */
+     * the block (at most byte 195 of 210), as ld32s_a2 needs */
     const uint8_t *ql = b + 64 * h + 32 * (a & 1), *qh = b + 128 + 32 * h;
     uint32_t lw[8], hw[8];
-    ld32x8_a2(ql, lw);
-    ld32x8_a2(qh, hw);
+    ld32s_a2<8>(ql, lw);
+    ld32s_a2<8>(qh, hw);
 QUNROLL
     for (int w = 0; w < 8; w++) {
         const uint32_t lo = (lw[w] >> (4 * (a >> 1))) & 0x0F0F0F0Fu;
