@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/exp_f32.h"
 #include "backends/cpu/kernels.h"
 #include "check.h"
 #include "formats/quant.h"
@@ -475,6 +476,64 @@ static void check_conv_taps(rng *r, kernel_isa isa) {
     }
 }
 
+/* The gates with an exponential (kernel_silu_mul, kernel_sigmoid_mul, kernel_silu) against their
+ * scalar definitions, bit for bit: lengths 0-70 (the vector body and its tail), values over the
+ * whole float range (random bit patterns: NaN, infinities, subnormals, the special cases of
+ * exp_f32 from |x| >= 88) and the usual activation range. Where the C library's expf is glibc's
+ * FMA form (x86-64 with FMA, which the vector levels require), exp_f32 must also equal it: every
+ * 97th float of the range and the edges of its special cases. */
+static void check_gates(rng *r, kernel_isa isa) {
+    enum { N = 70 };
+    static float g[N], u[N], o1[N], o2[N], x1[N], x2[N];
+    const kernel_silu_mul_fn silu_mul = kernel_silu_mul();
+    const kernel_sigmoid_mul_fn sigmoid_mul = kernel_sigmoid_mul();
+    const kernel_silu_fn silu = kernel_silu();
+    for (int rep = 0; rep < 400; rep++) {
+        const int n = rep < N + 1 ? rep : (int)(rnd(r) % (N + 1));
+        for (int i = 0; i < N; i++) {
+            if (rep % 2) {
+                uint32_t b = (uint32_t)rnd(r) ^ (uint32_t)rnd(r) << 16;
+                memcpy(&g[i], &b, 4);
+            } else {
+                g[i] = rnd_unit(r) * (rep % 4 ? 12.0f : 110.0f);
+            }
+            u[i] = rnd_unit(r) * 3.0f;
+        }
+        memcpy(x1, u, sizeof x1);
+        memcpy(x2, u, sizeof x2);
+        kernel_silu_mul_ref((size_t)n, g, u, o1);
+        silu_mul((size_t)n, g, u, o2);
+        CHECK_CLEAN(isa, "gates", "silu_mul");
+        n_checks += 3;
+        CHECKF(!memcmp(o1, o2, sizeof(float) * (size_t)n), "%s silu_mul n=%d", kernel_isa_name(isa), n);
+        kernel_sigmoid_mul_ref((size_t)n, g, x1);
+        sigmoid_mul((size_t)n, g, x2);
+        CHECKF(!memcmp(x1, x2, sizeof(float) * (size_t)n), "%s sigmoid_mul n=%d", kernel_isa_name(isa), n);
+        memcpy(x1, g, sizeof x1);
+        memcpy(x2, g, sizeof x2);
+        kernel_silu_ref((size_t)n, x1);
+        silu((size_t)n, x2);
+        CHECKF(!memcmp(x1, x2, sizeof(float) * (size_t)n), "%s silu n=%d", kernel_isa_name(isa), n);
+    }
+    if (isa != KERNEL_ISA_AVX2) return; /* once, on a processor with FMA */
+    static const float edges[] = {0.0f, -0.0f, 88.0f, -88.0f, 0x1.62e42ep6f, 0x1.62e430p6f, -0x1.9fe368p6f,
+                                  -0x1.9fe36ap6f, -0x1.9d1d9ep6f, -0x1.9d1da0p6f, -0x1.9d1d9cp6f, INFINITY, -INFINITY, NAN};
+    long bad = 0;
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        const float a = expf(edges[i]), b = exp_f32(edges[i]);
+        bad += fbits(a) != fbits(b) && !(isnan(a) && isnan(b));
+    }
+    for (uint64_t v = 0; v <= 0xffffffffu; v += 97) {
+        float x;
+        const uint32_t b32 = (uint32_t)v;
+        memcpy(&x, &b32, 4);
+        const float a = expf(x), b = exp_f32(x);
+        bad += fbits(a) != fbits(b) && !(isnan(a) && isnan(b));
+    }
+    n_checks++;
+    CHECKF(bad == 0, "exp_f32 differs from the C library's expf for %ld of the sampled inputs", bad);
+}
+
 /* The Q6_K_R16 tile (16 Q6_K rows interleaved, formats/quant_q6k_r16.c) against quant_dot_q6_k
  * on the rows it was made from, bit for bit: 1-9 tokens (its passes of 4), 1-3 groups, split
  * into the groups' shares as the backend splits them, and the reference product of a group. */
@@ -545,6 +604,7 @@ int main(void) {
         check_attention(&r, isa);
         check_f32_passes(&r, isa);
         check_conv_taps(&r, isa);
+        check_gates(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
         if (isa == KERNEL_ISA_AVX512 && kernel_amx_usable()) {
             /* the AMX tiles above; now their VNNI walk on the same packed activations */

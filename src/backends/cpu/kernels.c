@@ -2,6 +2,7 @@
  * table starts as a copy of the level below and its translation unit overrides what it
  * implements, so a missing kernel always falls back to a slower but identical one. */
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/exp_f32.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -109,6 +110,9 @@ static void init(void) {
     s->decay_dot = kernel_decay_dot_ref;
     s->update_dot = kernel_update_dot_ref;
     s->conv_taps = kernel_conv_taps_ref;
+    s->silu_mul = kernel_silu_mul_ref;
+    s->sigmoid_mul = kernel_sigmoid_mul_ref;
+    s->silu = kernel_silu_ref;
     detect();
     /* SLUICE_ISA names a lower level: the process then behaves as on a CPU that has no more
      * (the levels above are never registered), so an AVX-512 machine tests the AVX2 build's
@@ -325,6 +329,43 @@ kernel_update_dot4_fn kernel_gdn_update_dot4(void) {
 kernel_conv_taps_fn kernel_conv_taps(void) {
     ensure_init();
     return sets[cur_isa].conv_taps;
+}
+
+kernel_silu_mul_fn kernel_silu_mul(void) {
+    ensure_init();
+    return sets[cur_isa].silu_mul;
+}
+
+kernel_sigmoid_mul_fn kernel_sigmoid_mul(void) {
+    ensure_init();
+    return sets[cur_isa].sigmoid_mul;
+}
+
+kernel_silu_fn kernel_silu(void) {
+    ensure_init();
+    return sets[cur_isa].silu;
+}
+
+/* 2^(i/32) correctly rounded to double, less i << 47 (the exponent bits exp_f32 adds back) */
+const uint64_t exp_f32_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+void kernel_silu_mul_ref(size_t n, const float *g, const float *u, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
+}
+
+void kernel_sigmoid_mul_ref(size_t n, const float *g, float *x) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] * (1.0f / (1.0f + exp_f32(-g[i])));
+}
+
+void kernel_silu_ref(size_t n, float *x) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + exp_f32(-x[i]));
 }
 
 void kernel_conv_taps_ref(int n, int K, const float *wt, size_t wt_stride, const float *const *src, float *y) {

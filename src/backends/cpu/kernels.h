@@ -132,6 +132,22 @@ kernel_update_dot4_fn kernel_gdn_update_dot4(void);
 typedef void (*kernel_conv_taps_fn)(int n, int K, const float *wt, size_t wt_stride, const float *const *src,
                                     float *y);
 kernel_conv_taps_fn kernel_conv_taps(void);
+/* The gates that take an exponential, over n floats, each value with exp_f32 (exp_f32.h, glibc's
+ * expf) and then the float steps in the order written:
+ *   silu_mul:    out[i] = g[i] / (1 + e(-g[i])) * u[i]   (SwiGLU; out may be g)
+ *   sigmoid_mul: x[i] = x[i] * (1 / (1 + e(-g[i])))
+ *   silu:        x[i] = x[i] / (1 + e(-x[i]))
+ * The vector levels compute e in double lanes with the same fused steps, so every level gives
+ * the same bits (test_kernels). */
+typedef void (*kernel_silu_mul_fn)(size_t n, const float *g, const float *u, float *out);
+typedef void (*kernel_sigmoid_mul_fn)(size_t n, const float *g, float *x);
+typedef void (*kernel_silu_fn)(size_t n, float *x);
+kernel_silu_mul_fn kernel_silu_mul(void);
+kernel_sigmoid_mul_fn kernel_sigmoid_mul(void);
+kernel_silu_fn kernel_silu(void);
+void kernel_silu_mul_ref(size_t n, const float *g, const float *u, float *out);
+void kernel_sigmoid_mul_ref(size_t n, const float *g, float *x);
+void kernel_silu_ref(size_t n, float *x);
 /* the scalar definitions */
 void kernel_conv_taps_ref(int n, int K, const float *wt, size_t wt_stride, const float *const *src, float *y);
 float kernel_decay_dot_ref(int n, float *s, float a, const float *k);
@@ -148,6 +164,9 @@ typedef struct kernel_set {
     kernel_decay_dot4_fn decay_dot4;   /* NULL: none */
     kernel_update_dot4_fn update_dot4; /* NULL: none */
     kernel_conv_taps_fn conv_taps;
+    kernel_silu_mul_fn silu_mul;
+    kernel_sigmoid_mul_fn sigmoid_mul;
+    kernel_silu_fn silu;
     kernel_dot_fn dot[GGML_TYPE_COUNT];
     kernel_terms_fn terms[GGML_TYPE_COUNT]; /* NULL: kernel_block_terms loops over dot */
     quant_quantize_fn quantize[GGML_TYPE_COUNT]; /* activation encoders (Q8_0, Q8_1, Q8_K, F16, BF16) */

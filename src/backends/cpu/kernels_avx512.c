@@ -525,28 +525,42 @@ static inline __attribute__((always_inline)) void quad_pass(const int32_t *const
     for (int r = 0; r < 4; r++) isum0[r] = isum1[r] = _mm512_setzero_si512();
     for (int sub = 0; sub < n_sub; sub++) {
         for (int h = qps * sub; h < qps * sub + qps; h += span) {
-            /* one token block: even and odd quads in separate sums (p0, p1), so that 8 chains of
-             * vpdpbusd are in flight, not 4: its latency is 4 cycles at 2 a cycle */
-            __m512i p0[4], p1[4];
+            /* even and odd quads in separate sums, so that enough chains of vpdpbusd are in
+             * flight (its latency is 4 cycles at 2 a cycle: a Zen 5 core ran 8 independent chains
+             * at 1.64 a cycle, 12 at 1.92): one token block p0 / p1 (8 chains), two blocks p0, p1
+             * and e0, e1 (16; the two-block pass had 8, and the Q4_K tile at 512 tokens, one
+             * thread, went 509-600 -> 618-634 GOP/s, bench_kernels --toks 512 --mb 8, three
+             * alternating rounds on 2026-12-05). Integer sums: any order gives the same bits. */
+            __m512i p0[4], p1[4], e0[4], e1[4];
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) p0[r] = p1[r] = _mm512_setzero_si512();
+            for (int r = 0; r < 4; r++) p0[r] = p1[r] = e0[r] = e1[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int i = h; i < h + span; i++) {
                 const __m512i a0 = _mm512_load_si512(A0 + i), a1 = two ? _mm512_load_si512(A1 + i) : a0;
+                const int odd = (i - h) & 1;
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     const __m512i b = _mm512_set1_epi32(q[r][i]);
-                    if (two) {
+                    if (two && odd) {
+                        e0[r] = _mm512_dpbusd_epi32(e0[r], b, a0);
+                        e1[r] = _mm512_dpbusd_epi32(e1[r], b, a1);
+                    } else if (two) {
                         p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
                         p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
-                    } else if ((i - h) & 1) {
+                    } else if (odd) {
                         p1[r] = _mm512_dpbusd_epi32(p1[r], b, a0);
                     } else {
                         p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
                     }
                 }
             }
-            if (!two) {
+            if (two) {
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    p0[r] = _mm512_add_epi32(p0[r], e0[r]);
+                    p1[r] = _mm512_add_epi32(p1[r], e1[r]);
+                }
+            } else {
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) p0[r] = _mm512_add_epi32(p0[r], p1[r]);
             }

@@ -284,9 +284,11 @@ typedef struct gu_job {
     float *buf; /* per thread: 2 x GU_ROWS x n floats */
 } gu_job;
 
-/* The SwiGLU of a gate and an up value: one expression for the fused products and the plain
- * swiglu op, so that they round alike. */
-static inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+/* The SwiGLU of gate and up values: one kernel (kernel_silu_mul, the expression
+ * g / (1 + exp(-g)) * u with exp_f32) for the fused products and the plain swiglu op, so that
+ * they round alike. The products below leave the gate's values where the SwiGLU goes, then run
+ * it over a block of rows. */
+#define GU_ONE_BLOCK 64
 
 /* One token (decode): gate row r and up row r one after the other, both asked for ahead: the
  * two row streams advance together, where blocks of GU_ROWS rows of one then the other started
@@ -299,14 +301,19 @@ static void gu_rows_one(const gu_job *j, int64_t lo, int64_t hi) {
         prefetch_row(gd + r * gw->row_bytes, gw->row_bytes);
         prefetch_row(ud + r * uw->row_bytes, uw->row_bytes);
     }
-    for (int64_t r = lo; r < hi; r++) {
-        if (ahead > 0 && r + ahead < hi) {
-            prefetch_row(gd + (r + ahead) * gw->row_bytes, gw->row_bytes);
-            prefetch_row(ud + (r + ahead) * uw->row_bytes, uw->row_bytes);
+    const kernel_silu_mul_fn silu_mul = kernel_silu_mul();
+    for (int64_t r0 = lo; r0 < hi; r0 += GU_ONE_BLOCK) {
+        const int64_t r1 = r0 + GU_ONE_BLOCK < hi ? r0 + GU_ONE_BLOCK : hi;
+        float ub[GU_ONE_BLOCK];
+        for (int64_t r = r0; r < r1; r++) {
+            if (ahead > 0 && r + ahead < hi) {
+                prefetch_row(gd + (r + ahead) * gw->row_bytes, gw->row_bytes);
+                prefetch_row(ud + (r + ahead) * uw->row_bytes, uw->row_bytes);
+            }
+            j->out[r] = j->g.dot(gw->ne[0], gd + r * gw->row_bytes, j->g.act);
+            ub[r - r0] = j->u.dot(uw->ne[0], ud + r * uw->row_bytes, j->u.act);
         }
-        const float v = j->g.dot(gw->ne[0], gd + r * gw->row_bytes, j->g.act);
-        const float u = j->u.dot(uw->ne[0], ud + r * uw->row_bytes, j->u.act);
-        j->out[r] = silu_times(v, u);
+        silu_mul((size_t)(r1 - r0), j->out + r0, ub, j->out + r0);
     }
 }
 
@@ -330,11 +337,10 @@ static void gu_task(void *ctx, int ith, int nth) {
         g.out_stride = u.out_stride = (int)br;
         mm_rows(&g, r0, r1);
         mm_rows(&u, r0, r1);
-        for (int t = 0; t < n; t++) {
-            float *o = j->out + (size_t)t * j->out_stride;
-            const float *gr = gbuf + (size_t)t * br, *ur = ubuf + (size_t)t * br;
-            for (int64_t r = r0; r < r1; r++) o[r] = silu_times(gr[r - r0], ur[r - r0]);
-        }
+        const kernel_silu_mul_fn silu_mul = kernel_silu_mul();
+        for (int t = 0; t < n; t++)
+            silu_mul((size_t)(r1 - r0), gbuf + (size_t)t * br, ubuf + (size_t)t * br,
+                     j->out + (size_t)t * j->out_stride + r0);
     }
 }
 
@@ -407,7 +413,7 @@ static void gu_rows_one_tiled(const gu_job *j, float *gbuf, float *ubuf, int64_t
     g.out_r0 = u.out_r0 = 0;
     mm_rows(&g, lo, hi);
     mm_rows(&u, lo, hi);
-    for (int64_t r = lo; r < hi; r++) j->out[r] = silu_times(gbuf[r], ubuf[r]);
+    kernel_silu_mul()((size_t)(hi - lo), gbuf + lo, ubuf + lo, j->out + lo);
 }
 
 static void eo_task(void *ctx, int ith, int nth) {
@@ -789,8 +795,27 @@ static void cpu_add(backend *b, float *x, const float *y, size_t n) {
         threadpool_run(((cpu_backend *)b)->pool, add_task, &j);
 }
 
+typedef struct swiglu_job {
+    float *g;
+    const float *u;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int ith, int nth) {
+    const swiglu_job *j = ctx;
+    int64_t lo, hi;
+    threadpool_share((int64_t)j->n, ith, nth, &lo, &hi);
+    kernel_silu_mul()((size_t)(hi - lo), j->g + lo, j->u + lo, j->g + lo);
+}
+
+/* On the pool from PAR_MIN_ELEMS values (a 35B-A3B pp512's gated norm: 2M a layer, which ran on
+ * one thread while the other waited); each value's expression is the same either way. */
 static void cpu_swiglu(backend *b, float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) g[i] = silu_times(g[i], u[i]);
+    swiglu_job j = {g, u, n};
+    if (n < PAR_MIN_ELEMS)
+        swiglu_task(&j, 0, 1);
+    else
+        threadpool_run(((cpu_backend *)b)->pool, swiglu_task, &j);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
