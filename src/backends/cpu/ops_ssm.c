@@ -125,14 +125,17 @@ static inline void axpy(int n, float a, const float *x, float *y) {
  * S[j] += d k, output S[j]·q; so two passes over a row per token (decay_dot, update_dot).
  *
  * The rows are outermost: a group of GDN_ROWS state rows goes through every token while it is
- * in L1, and only the tokens' k and q (1 KB a token at d_k 128) come from L2. Token-outermost,
- * each token streamed the head's whole state (64 KB) through L2 twice, loads and stores, and the
- * recurrence was 13% of a 35B-A3B pp2048 (12.8% in perf: decay_dot4 4.8, update_dot4 4.7,
- * gdn_task 3.3). A row's operations are the same in either order (rows never mix), so the bits
- * are the same, and so are those of one token at a time, which is this walk with T = 1.
+ * in L1, and only the tokens' k and q (1 KB a token at d_k 128) come from L2, where token by
+ * token streamed the head's whole state (64 KB) through L2 twice. Measured on a Zen 5 host the
+ * two walks took the same share of a 35B-A3B prefill (decay_dot4 + update_dot4 8.4-8.7% of a
+ * pp512): the passes are bound by their multiplies (four per 8 values and row, none fused: the
+ * bits of the scalar definition), not by the L2. The walk is kept because the same one serves
+ * the checkpointed calls, which had their own copy of it. A row's operations are the same in
+ * either order (rows never mix), so the bits are the same, and so are those of one token at a
+ * time, which is this walk with T = 1. The decay exp(g) is computed once per token.
  *
  * ck (gated_delta_ck): the rows' state after token t (but the last) is also copied to its
- * checkpoint. qs: n_tok * d_k floats of scratch for the tokens' scaled q. */
+ * checkpoint. qs: n_tok * (d_k + 1) floats of scratch for the tokens' scaled q and decay. */
 #define GDN_ROWS 8
 
 static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
@@ -143,9 +146,11 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
     const kernel_update_dot_fn update_dot = kernel_gdn_update_dot();
     const kernel_decay_dot4_fn decay_dot4 = kernel_gdn_decay_dot4();
     const kernel_update_dot4_fn update_dot4 = kernel_gdn_update_dot4();
+    float *decay = qs + (size_t)T * Dk; /* per token, for every group of rows */
     for (int t = 0; t < T; t++) { /* q is scaled first (ggml) */
         const float *qt = J->q + ((size_t)t * Hk + kh) * Dk;
         for (int i = 0; i < Dk; i++) qs[(size_t)t * Dk + i] = qt[i] * p->q_scale;
+        decay[t] = expf(J->g[(size_t)t * Hv + h]);
     }
     const bool four = decay_dot4 && update_dot4;
     for (int j = 0; j < Dv;) {
@@ -157,17 +162,17 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
             const float *vt = J->v + ((size_t)t * Hv + h) * Dv;
             const float *qt = qs + (size_t)t * Dk;
             float *ot = J->out + ((size_t)t * Hv + h) * Dv;
-            const float decay = expf(J->g[(size_t)t * Hv + h]), bt = J->beta[(size_t)t * Hv + h];
+            const float bt = J->beta[(size_t)t * Hv + h];
             if (g >= 4) {
                 for (int r0 = 0; r0 < g; r0 += 4) {
                     float m[4], d[4];
                     float *Sr = Sj + (size_t)r0 * Dk;
-                    decay_dot4(Dk, Sr, (size_t)Dk, decay, kt, m);
+                    decay_dot4(Dk, Sr, (size_t)Dk, decay[t], kt, m);
                     for (int r = 0; r < 4; r++) d[r] = (vt[j + r0 + r] - m[r]) * bt;
                     update_dot4(Dk, Sr, (size_t)Dk, d, kt, qt, ot + j + r0);
                 }
             } else {
-                const float d = (vt[j] - decay_dot(Dk, Sj, decay, kt)) * bt;
+                const float d = (vt[j] - decay_dot(Dk, Sj, decay[t], kt)) * bt;
                 ot[j] = update_dot(Dk, Sj, d, kt, qt);
             }
             if (J->ck && t + 1 < T)
@@ -276,7 +281,7 @@ void cpu_gated_delta(backend *b, const float *q, const float *k, const float *v,
     gdn_job J = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .state = state, .out = out,
                  .p = *p};
     /* per-thread scratch, rounded to 64 bytes so threads never share a cache line */
-    size_t floats = p->chunk > 0 ? gdn_chunk_floats(p) : (size_t)p->n_tok * (size_t)p->d_k;
+    size_t floats = p->chunk > 0 ? gdn_chunk_floats(p) : (size_t)p->n_tok * ((size_t)p->d_k + 1);
     J.stride = (floats + 15) / 16 * 16;
     J.scratch = cpu_backend_scratch(b, J.stride * sizeof(float) * (size_t)b->n_threads);
     backend_cpu_parallel(b, gdn_task, &J);
@@ -288,7 +293,7 @@ void cpu_gated_delta_ck(backend *b, const float *q, const float *k, const float 
     gdn_job J = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .state = state, .out = out, .ck = ck,
                  .ck_stride = ck_stride, .p = *p};
     J.p.chunk = 0;
-    J.stride = ((size_t)p->n_tok * (size_t)p->d_k + 15) / 16 * 16; /* the tokens' scaled q */
+    J.stride = ((size_t)p->n_tok * ((size_t)p->d_k + 1) + 15) / 16 * 16; /* the tokens' scaled q, decay */
     J.scratch = cpu_backend_scratch(b, J.stride * sizeof(float) * (size_t)b->n_threads);
     backend_cpu_parallel(b, gdn_task, &J);
 }
