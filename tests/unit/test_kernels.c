@@ -445,6 +445,43 @@ static void check_f32_passes(rng *r, kernel_isa isa) {
     }
 }
 
+/* kernel_gdn_rows (8 state rows through T tokens, where a level has it) against the single-row
+ * reference passes token after token, bit for bit: row lengths 8-256, 1-9 tokens, strided k, q,
+ * v, beta and out as the walk in ops_ssm.c passes them, decays and betas of both kinds. */
+static void check_gdn_rows(rng *r, kernel_isa isa) {
+    enum { NMAX = KERNEL_GDN_ROWS_MAX_N, TMAX = 9, KS = NMAX + 8, VS = 12 };
+    static float s1[8 * NMAX], s2[8 * NMAX], k[TMAX * KS], q[TMAX * KS], v[TMAX * VS], beta[TMAX * 3], decay[TMAX];
+    static float o1[TMAX * VS], o2[TMAX * VS];
+    const kernel_gdn_rows_fn rows = kernel_gdn_rows();
+    if (!rows) return;
+    for (int rep = 0; rep < 40; rep++) {
+        const int n = rep < 4 ? 128 : 8 * (1 + (int)(rnd(r) % (NMAX / 8))), T = 1 + rep % TMAX;
+        for (int i = 0; i < 8 * n; i++) s1[i] = s2[i] = rnd_unit(r) * 2.0f;
+        for (int i = 0; i < TMAX * KS; i++) {
+            k[i] = rnd_unit(r) * 0.3f;
+            q[i] = rnd_unit(r) * 0.3f;
+        }
+        for (int i = 0; i < TMAX * VS; i++) v[i] = rnd_unit(r) * 4.0f;
+        for (int t = 0; t < TMAX; t++) {
+            beta[t * 3] = 0.5f + 0.5f * rnd_unit(r);
+            decay[t] = 0.9f + 0.1f * rnd_unit(r);
+        }
+        memset(o1, 0, sizeof o1);
+        memset(o2, 0, sizeof o2);
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < 8; j++) {
+                const float m = kernel_decay_dot_ref(n, s1 + j * n, decay[t], k + t * KS);
+                const float d = (v[t * VS + 2 + j] - m) * beta[t * 3];
+                o1[t * VS + 2 + j] = kernel_update_dot_ref(n, s1 + j * n, d, k + t * KS, q + t * KS);
+            }
+        rows(n, s2, T, k, KS, q, KS, v + 2, VS, beta, 3, decay, o2 + 2, VS);
+        CHECK_CLEAN(isa, "gdn", "rows");
+        n_checks++;
+        CHECKF(!memcmp(s1, s2, sizeof(float) * 8 * (size_t)n) && !memcmp(o1, o2, sizeof o1),
+               "%s gdn_rows n=%d T=%d", kernel_isa_name(isa), n, T);
+    }
+}
+
 /* The conv1d taps (kernel_conv_taps) against kernel_conv_taps_ref: runs of 0-140 channels (the
  * vector body and its scalar tail), 1-6 taps, a stride wider than the run, and products of -0
  * (a first tap of -0 x value ends as +0, as the reference's sum from 0.0f). */
@@ -605,6 +642,7 @@ int main(void) {
         check_f32_passes(&r, isa);
         check_conv_taps(&r, isa);
         check_gates(&r, isa);
+        check_gdn_rows(&r, isa);
         printf("%s: %ld comparisons\n", kernel_isa_name(isa), n_checks - before);
         if (isa == KERNEL_ISA_AVX512 && kernel_amx_usable()) {
             /* the AMX tiles above; now their VNNI walk on the same packed activations */

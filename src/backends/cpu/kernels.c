@@ -326,6 +326,11 @@ kernel_update_dot4_fn kernel_gdn_update_dot4(void) {
     return sets[cur_isa].update_dot4;
 }
 
+kernel_gdn_rows_fn kernel_gdn_rows(void) {
+    ensure_init();
+    return sets[cur_isa].gdn_rows;
+}
+
 kernel_conv_taps_fn kernel_conv_taps(void) {
     ensure_init();
     return sets[cur_isa].conv_taps;

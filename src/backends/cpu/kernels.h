@@ -126,6 +126,18 @@ typedef void (*kernel_update_dot4_fn)(int n, float *s, size_t stride, const floa
                                       const float *q, float out[4]);
 kernel_decay_dot4_fn kernel_gdn_decay_dot4(void);
 kernel_update_dot4_fn kernel_gdn_update_dot4(void);
+/* The recurrence of 8 state rows through T tokens, rows s + r * n (r < 8, n % 8 == 0, n at most
+ * KERNEL_GDN_ROWS_MAX_N), token t's k, q (scaled), v at k + t * k_stride, q + t * q_stride,
+ * v + t * v_stride (v and out indexed by the row), beta at beta[t * beta_stride], the decay a at
+ * decay[t]: per row r and token, in order,
+ *   m = decay_dot(row r, a, k);  d = (v[r] - m) * beta;  out[t * out_stride + r] = update_dot(row r, d, k, q)
+ * Each row has the bits of those single-row passes. NULL where a level has none (then the
+ * passes one token at a time). */
+#define KERNEL_GDN_ROWS_MAX_N 256
+typedef void (*kernel_gdn_rows_fn)(int n, float *s, int T, const float *k, size_t k_stride, const float *q,
+                                   size_t q_stride, const float *v, size_t v_stride, const float *beta,
+                                   size_t beta_stride, const float *decay, float *out, size_t out_stride);
+kernel_gdn_rows_fn kernel_gdn_rows(void);
 /* Causal conv1d taps (ops_ssm.c) over n channels of one token:
  *   y[c] = 0.0f + wt[0 * wt_stride + c] * src[0][c] + ... + wt[(K - 1) * wt_stride + c] * src[K - 1][c]
  * added in that order (ggml_ssm_conv's per-channel loop), wt the weights transposed to tap-major. */
@@ -163,6 +175,7 @@ typedef struct kernel_set {
     kernel_update_dot_fn update_dot;
     kernel_decay_dot4_fn decay_dot4;   /* NULL: none */
     kernel_update_dot4_fn update_dot4; /* NULL: none */
+    kernel_gdn_rows_fn gdn_rows;       /* NULL: none */
     kernel_conv_taps_fn conv_taps;
     kernel_silu_mul_fn silu_mul;
     kernel_sigmoid_mul_fn sigmoid_mul;
@@ -184,6 +197,7 @@ void kernels_register_avx512_b32(kernel_set *ks);  /* kernels_avx512_b32.c */
 void kernels_register_avx512_float(kernel_set *ks); /* kernels_avx512_float.c */
 void kernels_register_avx512_krows(kernel_set *ks); /* kernels_avx512_krows.c: wraps the K-quant tiles */
 void kernels_register_avx512_q6k_r16(kernel_set *ks); /* kernels_avx512_q6k_r16.c */
+void kernels_register_avx512_gdn(kernel_set *ks);     /* kernels_avx512_gdn.c: kernel_gdn_rows */
 /* kernels_avx512_amx.c: the AMX byte tiles over the level's VNNI byte tiles of Q4_K, Q5_K, Q6_K,
  * IQ2_XS, IQ3_XXS, IQ4_XS (in that order; same packed activations) */
 void kernels_register_avx512_amx(kernel_set *ks, const kernel_tile *const vnni[6]);

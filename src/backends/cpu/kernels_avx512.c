@@ -1121,6 +1121,7 @@ void kernels_register_avx512(kernel_set *ks) {
     ks->attn = attn_avx512;
     ks->attn_tokens = attn_tokens_avx512;
     kernels_register_avx512_float(ks); /* F32, F16, BF16 */
+    kernels_register_avx512_gdn(ks);
     ks->tile[GGML_TYPE_Q2_K] = &tile_q2_k;
     ks->tile[GGML_TYPE_Q3_K] = &tile_q3_k;
     ks->tile[GGML_TYPE_Q4_K] = k45_mullo_q4() ? &tile_q4_k8m : &tile_q4_k8;

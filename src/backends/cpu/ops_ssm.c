@@ -137,6 +137,7 @@ static inline void axpy(int n, float a, const float *x, float *y) {
  * ck (gated_delta_ck): the rows' state after token t (but the last) is also copied to its
  * checkpoint. qs: n_tok * (d_k + 1) floats of scratch for the tokens' scaled q and decay. */
 #define GDN_ROWS 8
+#define GDN_ROWS_MIN_TOKENS 2
 
 static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
     const gdn_params *p = &J->p;
@@ -153,10 +154,20 @@ static void gdn_head_recurrent(const gdn_job *J, int h, float *qs) {
         decay[t] = expf(J->g[(size_t)t * Hv + h]);
     }
     const bool four = decay_dot4 && update_dot4;
+    /* 8 rows through all the tokens in one call where the level has that walk (the state copied
+     * to its layout and back, so not for one token, nor with checkpoints) */
+    const kernel_gdn_rows_fn rows8 = T >= GDN_ROWS_MIN_TOKENS && !J->ck && Dk % 8 == 0 && Dk <= KERNEL_GDN_ROWS_MAX_N
+                                         ? kernel_gdn_rows() : NULL;
     for (int j = 0; j < Dv;) {
         /* rows j .. j + g - 1, in runs of 4 through the dot4 kernels where there are 4 */
         const int g = four ? (Dv - j >= GDN_ROWS ? GDN_ROWS : Dv - j >= 4 ? 4 : 1) : 1;
         float *Sj = S + (size_t)j * Dk;
+        if (rows8 && g == 8) {
+            rows8(Dk, Sj, T, J->k + (size_t)kh * Dk, (size_t)Hk * Dk, qs, (size_t)Dk, J->v + (size_t)h * Dv + j,
+                  (size_t)Hv * Dv, J->beta + h, (size_t)Hv, decay, J->out + (size_t)h * Dv + j, (size_t)Hv * Dv);
+            j += g;
+            continue;
+        }
         for (int t = 0; t < T; t++) {
             const float *kt = J->k + ((size_t)t * Hk + kh) * Dk;
             const float *vt = J->v + ((size_t)t * Hv + h) * Dv;
