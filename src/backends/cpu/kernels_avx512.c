@@ -666,6 +666,9 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                                : mullo                ? byte_pass_q4m_2
                                                       : byte_pass_q4_2;
     const int chunk = kernel_tile_pass_units(ntb, (size_t)nsb * sbp, 2, TB_CHUNK);
+    /* many tokens: results through the stage, 16 rows a token at once (tile_stage_flush) */
+    _Alignas(64) float stage[TB_CHUNK * 16 * 16];
+    const bool staged = ntb >= TILE_STAGE_MIN_BLOCKS;
     for (int tb0 = 0; tb0 < ntb; tb0 += chunk) {
         int tb1 = tb0 + chunk < ntb ? tb0 + chunk : ntb;
         for (int r0 = 0; r0 < rows; r0 += 4) {
@@ -690,9 +693,15 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                 for (int r = 0; r < R; r++)
                     for (int tb = tb0; tb < tb1; tb++)
                         acc[r][tb - tb0] = _mm512_mul_ps(_mm512_set1_ps(factor), acc[r][tb - tb0]);
-            tile_store(acc, R, r0, tb0, tb1, toks, out, os);
+            if (!staged) {
+                tile_store(acc, R, r0, tb0, tb1, toks, out, os);
+                continue;
+            }
+            tile_store(acc, R, r0 % 16, 0, tb1 - tb0, toks - 16 * tb0, stage, 16);
+            if (r0 % 16 == 12 || r0 + 4 >= rows) tile_stage_flush(stage, r0 - r0 % 16, rows, tb0, tb1, toks, out, os);
         }
     }
+    if (staged) _mm_sfence(); /* the stage's streaming stores before the caller's barrier */
 }
 
 /* The byte tiles (vpmulld per sub-block, the AMD choice) from 3 tokens where the default is 4:
