@@ -517,7 +517,7 @@ static inline __m512i k45_scaled(__m512i isum, __m512i part, __m512i scale, int 
  * over `span` quads, then k45_scaled multiplies them by their sub-block's scale sc[r][sub]
  * (64 / n_sub quads a sub-block). isum0 (isum1) receive the exact integers per (row, token). */
 static inline __attribute__((always_inline)) void quad_pass(const int32_t *const q[4], const int32_t *const sc[4],
-                                                            int n_sub, int span, int mullo, const __m512i *A0,
+                                                            int n_sub, int span, int mullo, int ua, const __m512i *A0,
                                                             const __m512i *A1, int two, __m512i isum0[4],
                                                             __m512i isum1[4]) {
     const int qps = 64 / n_sub;
@@ -536,21 +536,25 @@ static inline __attribute__((always_inline)) void quad_pass(const int32_t *const
             for (int r = 0; r < 4; r++) p0[r] = p1[r] = e0[r] = e1[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int i = h; i < h + span; i++) {
-                const __m512i a0 = _mm512_load_si512(A0 + i), a1 = two ? _mm512_load_si512(A1 + i) : a0;
+                __m512i a0 = _mm512_load_si512(A0 + i), a1 = two ? _mm512_load_si512(A1 + i) : a0;
+                if (ua) { /* the activations + 128 as unsigned bytes against signed weights */
+                    a0 = _mm512_xor_si512(a0, _mm512_set1_epi8((char)0x80));
+                    a1 = _mm512_xor_si512(a1, _mm512_set1_epi8((char)0x80));
+                }
                 const int odd = (i - h) & 1;
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     const __m512i b = _mm512_set1_epi32(q[r][i]);
                     if (two && odd) {
-                        e0[r] = _mm512_dpbusd_epi32(e0[r], b, a0);
-                        e1[r] = _mm512_dpbusd_epi32(e1[r], b, a1);
+                        e0[r] = ua ? _mm512_dpbusd_epi32(e0[r], a0, b) : _mm512_dpbusd_epi32(e0[r], b, a0);
+                        e1[r] = ua ? _mm512_dpbusd_epi32(e1[r], a1, b) : _mm512_dpbusd_epi32(e1[r], b, a1);
                     } else if (two) {
-                        p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
-                        p1[r] = _mm512_dpbusd_epi32(p1[r], b, a1);
+                        p0[r] = ua ? _mm512_dpbusd_epi32(p0[r], a0, b) : _mm512_dpbusd_epi32(p0[r], b, a0);
+                        p1[r] = ua ? _mm512_dpbusd_epi32(p1[r], a1, b) : _mm512_dpbusd_epi32(p1[r], b, a1);
                     } else if (odd) {
-                        p1[r] = _mm512_dpbusd_epi32(p1[r], b, a0);
+                        p1[r] = ua ? _mm512_dpbusd_epi32(p1[r], a0, b) : _mm512_dpbusd_epi32(p1[r], b, a0);
                     } else {
-                        p0[r] = _mm512_dpbusd_epi32(p0[r], b, a0);
+                        p0[r] = ua ? _mm512_dpbusd_epi32(p0[r], a0, b) : _mm512_dpbusd_epi32(p0[r], b, a0);
                     }
                 }
             }
@@ -604,8 +608,9 @@ static inline __attribute__((always_inline)) void byte_pass(const byte_row *rw, 
     /* sub-blocks of 16 values (Q6_K, IQ2_XS) or 32 (Q4_K, Q5_K, IQ3_XXS, IQ4_XS) */
     const int sub16 = byte_kind_sub16(kind);
     __m512i isum0[4], isum1[4];
-    quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, (const __m512i *)blk0, (const __m512i *)blk1,
-              two, isum0, isum1);
+    const int ua = kind != BYTE_Q4_K && kind != BYTE_Q5_K; /* byte_corr's signed form */
+    quad_pass(q, sc, sub16 ? 16 : 8, sub16 ? 4 : mullo ? 8 : 4, mullo, ua, (const __m512i *)blk0,
+              (const __m512i *)blk1, two, isum0, isum1);
     byte_float(kind, rw, R, blk0, isum0, acc0, stride);
     if (two) byte_float(kind, rw, R, blk1, isum1, acc1, stride);
 }
@@ -680,8 +685,10 @@ static inline __attribute__((always_inline)) void byte_tile_run(int64_t n, const
                  * r0..r0+3 of the next groups past a row's end) */
                 const int64_t ahead = sb + BYTE_PREFETCH_AHEAD;
                 prefetch_next_rows(w, ws, r0 + 4 * (int)(ahead / nsb), rows, (size_t)(ahead % nsb) * (size_t)bytes, bytes);
-                for (int r = 0; r < R; r++)
-                    byte_decode(kind, w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r]);
+                for (int r = 0; r < R; r++) {
+                    byte_decode(kind, w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], 1);
+                    if (kind != BYTE_Q4_K && kind != BYTE_Q5_K) byte_corr(kind, &rw[r]);
+                }
                 for (int r = R; r < 4; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
                 for (int tb = tb0; tb < tb1; tb += 2) {
                     const uint8_t *b0 = packed + ((size_t)tb * (size_t)nsb + (size_t)sb) * sbp;

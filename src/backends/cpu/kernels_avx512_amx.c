@@ -100,7 +100,7 @@ static inline __attribute__((always_inline)) void amx_split(int kind, const byte
 
 /* The float step of 16 rows' exact integers (lo + 128 hi) against one token block: Q4_K / Q5_K
  * subtract their mins (k45_float); for the others isum is already the reference's integer, the
- * offset folded into w, so the step is q6_float's without its correction. */
+ * offset folded into w, so the step is q6_float's with no correction to subtract. */
 static inline __attribute__((always_inline)) void amx_float(int kind, const byte_row *rw, int R, const uint8_t *blk,
                                                             const int32_t *clo, const int32_t *chi, __m512 *acc) {
     __m512i isum[AMX_ROWS];
@@ -219,7 +219,7 @@ static inline __attribute__((always_inline)) void amx_walk(int64_t n, const uint
                 const int pr = r0 + AMX_ROWS * (int)(ahead / nsb);
                 for (int g = 0; g < AMX_ROWS; g += 4)
                     prefetch_next_rows(w, ws, pr + g, rows, (size_t)(ahead % nsb) * (size_t)bytes, bytes);
-                for (int r = 0; r < R; r++) byte_decode(kind, w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r]);
+                for (int r = 0; r < R; r++) byte_decode(kind, w + (size_t)(r0 + r) * ws + (size_t)sb * (size_t)bytes, &rw[r], 0);
                 for (int r = R; r < AMX_ROWS; r++) rw[r] = rw[0]; /* padding rows: computed, never stored */
                 for (int r = 0; r < AMX_ROWS; r++) amx_split(kind, &rw[r], pl.lo[r], pl.hi[r]);
                 for (int tb = tb0; tb < tb1; tb += 2) {

@@ -103,13 +103,12 @@ static inline size_t q8k_packed_bytes8(int64_t n, int toks) {
 }
 
 /* Byte-quad activations per 16 tokens and super-block (sb_bytes each): A8 [64 quads][16 tokens]
- * of 4 code bytes, da [16], then pairs of bsums per token: with sums32, the 4 pairs of 32-value
- * sums (sub-blocks 2i and 2i+1, for the Q4_K/Q5_K mins); else the 8 pairs of Q8_K's 16-value
- * sums (for Q6_K's q - 32). */
+ * of 4 code bytes, da [16], then with sums32 the 4 pairs of 32-value sums per token (sub-blocks
+ * 2i and 2i+1, for the Q4_K/Q5_K mins). */
 static inline void pack_quads(int64_t n, const void *a, size_t as, int toks, int t0, int t1, void *dst,
                               size_t sb_bytes, int sums32) {
     const int64_t nsb = n / QK_K;
-    const int npairs = sums32 ? 4 : 8;
+    const int npairs = sums32 ? 4 : 0;
     for (int tb = t0 / 16; tb < (t1 + 15) / 16; tb++) {
         uint8_t *blk = (uint8_t *)dst + (size_t)tb * (size_t)nsb * sb_bytes;
         for (int64_t sb = 0; sb < nsb; sb++, blk += sb_bytes) {
@@ -127,10 +126,6 @@ static inline void pack_quads(int64_t n, const void *a, size_t as, int toks, int
                 da[k] = ld_f32(y);
                 for (int p = 0; p < 64; p++) A[p * 16 + k] = bt_u32(y + 4 + 4 * p);
                 for (int i = 0; i < npairs; i++) {
-                    if (!sums32) {
-                        bsp[i * 16 + k] = bt_u32(y + 260 + 4 * i); /* bsums 2i, 2i+1 */
-                        continue;
-                    }
                     int16_t g[4]; /* the 16-value sums of sub-blocks 2i and 2i+1 */
                     memcpy(g, y + 260 + 8 * i, 8);
                     uint16_t lo = (uint16_t)(int16_t)(g[0] + g[1]), hi = (uint16_t)(int16_t)(g[2] + g[3]);
@@ -195,14 +190,14 @@ static inline void k45_float(const byte_row *rw, int R, const uint8_t *blk, cons
 
 /* ---- Q6_K tile with u8 x s8 VNNI (AMD) -------------------------------------------------------
  * The kq tile multiplies Q6_K as int16 pairs (vpdpwssd: 32 multiply-adds per instruction). Here
- * the unsigned 6-bit quants q (0..63) stay bytes and vpdpbusd takes 64 per instruction against
- * the packed activation quads (q8k_pack8's A and da, with the 16-value sums of q8k_pack's
- * bsp): per 16-value sub-block the exact sum of q * a (at most 16 * 63 * 128: not an int16, so
- * vpmulld by the sub-block's scale), and the reference's q - 32 as 32 * sum(scale * bsum16),
- * two sub-blocks per vpdpwssd. isum is the reference's exact integer, the float step its
- * (d*da) * isum: the same bits. Chosen where vpmulld is cheap (the Q4_K tile's test,
- * k45_mullo_q4; SLUICE_K45_SCALE selects both). */
-#define SB_PACK6 (64 * 64 + 64 + 8 * 64)
+ * the 6-bit quants stay bytes and vpdpbusd takes 64 per instruction against the packed
+ * activation quads (A and da as q8k_pack8's, no sums: the VNNI walk takes q - 32 as signed bytes
+ * against the activations + 128 and subtracts one correction per row, byte_corr; the AMX walk
+ * folds the 32 into its planes): per 16-value sub-block an exact sum (not an int16, so vpmulld
+ * by the sub-block's scale). isum is the reference's exact integer, the float step its
+ * (d*da) * isum: the same bits. SLUICE_K45_SCALE=dpwssd selects the kq tile. The IQ byte tiles
+ * use the same packing. */
+#define SB_PACK6 (64 * 64 + 64)
 
 static inline size_t q6_packed_bytes(int64_t n, int toks) {
     return (size_t)((toks + 15) / 16) * (size_t)(n / QK_K) * SB_PACK6;
@@ -215,8 +210,10 @@ static inline void q6_pack(int64_t n, const void *a, size_t as, int toks, int t0
 
 /* Q6_K: elements 128h + 0..63 from the low nibbles of ql[64h ..] and 128h + 64..127 from the high
  * ones, the top two bits from qh[32h ..] (bits 0-1 / 2-3 for the first / last 32 of each 64, 4-5
- * / 6-7 for the high nibbles), 64 values a vector as kr_decode does it */
-static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
+ * / 6-7 for the high nibbles), 64 values a vector as kr_decode does it; q (0..63), or with sgn
+ * q - 32 (the VNNI walk's signed form) */
+static inline void unpack_q6_k8(const uint8_t *x, byte_row *o, int sgn) {
+    const __m512i off = _mm512_set1_epi8(sgn ? 32 : 0);
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
@@ -225,28 +222,27 @@ static inline void unpack_q6_k8(const uint8_t *x, byte_row *o) {
         const __m512i ql = _mm512_loadu_si512((const void *)(x + 64 * h));
         const __m512i qh = _mm512_broadcast_i64x4(ldu(x + 128 + 32 * h));
         _mm512_store_si512((void *)(o->q + 128 * h),
-                           _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl), m30, 0xF8));
+                           _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, sl),
+                                                                     m30, 0xF8),
+                                           off));
         _mm512_store_si512((void *)(o->q + 128 * h + 64),
-                           _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                     _mm512_srlv_epi16(qh, sr), m30, 0xF8));
+                           _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                                     _mm512_srlv_epi16(qh, sr), m30, 0xF8),
+                                           off));
     }
     const __m128i s8 = _mm_loadu_si128((const __m128i *)(x + 192));
     _mm512_storeu_si512(o->sc, _mm512_cvtepi8_epi32(s8));
-    _mm256_storeu_si256((__m256i *)o->pairs, _mm256_cvtepi8_epi16(s8)); /* word pairs (2j, 2j+1) */
     o->d = ld_f16(x + 208);
 }
 
-/* isum = sum over sub-blocks of scale * sum(q * a) - off * sum(scale * bsum16), lane-wise, with
- * off = 1 << shift the offset that made the quants unsigned (Q6_K 32, IQ2_XS/IQ3_XXS 64, IQ4_XS
- * 128); then the float step, as kq_float does it */
+/* The VNNI walk's float step of the offset types (Q6_K, the IQ types): isum is the exact
+ * sum over sub-blocks of scale * sum((a + 128) * v) (byte_signed's form), so the reference's
+ * integer is isum - corr; then the reference's float step (d * da) * isum, lane-wise. */
 static inline void q6_float(const byte_row *rw, int R, const uint8_t *blk, const __m512i *isum, __m512 *acc,
-                            int stride, int shift) {
+                            int stride) {
     const __m512 vda = _mm512_load_ps((const float *)(blk + 64 * 64));
-    const __m512i *bsp = (const __m512i *)(blk + 64 * 64 + 64);
     for (int r = 0; r < R; r++) {
-        __m512i m = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(rw[r].pairs[j]), _mm512_load_si512(bsp + j));
-        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(m, (unsigned)shift));
+        const __m512i is = _mm512_sub_epi32(isum[r], _mm512_set1_epi32(rw[r].corr));
         acc[r * stride] = _mm512_add_ps(acc[r * stride],
                                         _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(rw[r].d), vda), _mm512_cvtepi32_ps(is)));
     }
@@ -274,22 +270,53 @@ static inline float byte_kind_factor(int kind) {
     return kind == BYTE_IQ2_XS ? 0.125f : kind == BYTE_IQ3_XXS ? 0.25f : 0.0f;
 }
 
-/* one row's super-block x decoded into o */
-static inline __attribute__((always_inline)) void byte_decode(int kind, const uint8_t *x, byte_row *o) {
-    if (kind == BYTE_Q6_K) unpack_q6_k8(x, o);
-    else if (kind == BYTE_IQ2_XS) unpack_iq2_xs8(x, o);
-    else if (kind == BYTE_IQ3_XXS) unpack_iq3_xxs8(x, o);
-    else if (kind == BYTE_IQ4_XS) unpack_iq4_xs8(x, o);
+/* The offset types' rows in the VNNI walk's signed form: decoded with sgn (byte_decode), the
+ * bytes are the values v themselves (Q6_K -32..31, IQ2_XS / IQ3_XXS |v| <= 62, IQ4_XS -127..113)
+ * and not v + off, and corr = 128 * sum over sub-blocks of sc * sum(v). The pass multiplies the activations a + 128
+ * (unsigned bytes) by v, so each sub-block's sum is sum(a * v) + 128 * sum(v), and isum - corr is
+ * the reference's sum of sc * sum(a * v): one correction per row and super-block, where the
+ * unsigned form subtracted off * sum(sc * bsum16) per row and token block (eight vpdpwssd; at 32
+ * tokens and more a sixth of the IQ tiles' time). |corr| <= 16 * 128 * 512 * 128 < 2^28 (Q6_K,
+ * the largest), the pass's isum at most 8 * 32 * 32 * 255 * 127 < 2^31 (IQ4_XS). The AMX walk
+ * keeps the unsigned form (it folds the offset into its planes). */
+static inline __attribute__((always_inline)) void byte_corr(int kind, byte_row *o) {
+    const int sub16 = byte_kind_sub16(kind);
+    /* the 32-value kinds' decoders store their 8 scales as 256 bits: a 512-bit load of them just
+     * after that store cannot be forwarded and waited ~30 cycles a row (a third of the IQ4_XS
+     * tile's samples at 16 tokens) */
+    const __m512i ones = _mm512_set1_epi8(1),
+                  sc = sub16 ? _mm512_loadu_si512((const void *)o->sc)
+                             : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)o->sc));
+    /* lane l of chunk c (values 64c + 4l .. 64c + 4l + 3): sub-block 4c + l / 4 (16 values) or 2c + l / 8 */
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i sub = _mm512_srli_epi32(lane, sub16 ? 2 : 3);
+    __m512i t = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i v = _mm512_load_si512((const void *)(o->q + 64 * c));
+        const __m512i quad = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+        const __m512i scv = _mm512_permutexvar_epi32(_mm512_add_epi32(sub, _mm512_set1_epi32(sub16 ? 4 * c : 2 * c)), sc);
+        t = _mm512_add_epi32(t, _mm512_mullo_epi32(quad, scv));
+    }
+    o->corr = (int32_t)((uint32_t)_mm512_reduce_add_epi32(t) << 7);
+}
+
+/* one row's super-block x decoded into o; sgn: the offset types in the VNNI walk's signed form
+ * (byte_corr), else as v + off (the AMX walk) */
+static inline __attribute__((always_inline)) void byte_decode(int kind, const uint8_t *x, byte_row *o, int sgn) {
+    if (kind == BYTE_Q6_K) unpack_q6_k8(x, o, sgn);
+    else if (kind == BYTE_IQ2_XS) unpack_iq2_xs8(x, o, sgn ? 0 : 64);
+    else if (kind == BYTE_IQ3_XXS) unpack_iq3_xxs8(x, o, sgn ? 0 : 64);
+    else if (kind == BYTE_IQ4_XS) unpack_iq4_xs8(x, o, sgn);
     else unpack_k45_8(x, o, kind == BYTE_Q4_K ? 16 : 48, kind == BYTE_Q5_K);
 }
 
-/* the float step of a super-block for R rows of exact integers isum[r] against one token
- * block's packed activations: Q4_K / Q5_K subtract the mins, the others the offset that made
- * their quants unsigned (Q6_K 32, IQ2_XS / IQ3_XXS 64, IQ4_XS 128) */
+/* the VNNI walk's float step of a super-block for R rows of exact integers isum[r] against one
+ * token block's packed activations: Q4_K / Q5_K subtract the mins, the others their row's corr */
 static inline __attribute__((always_inline)) void byte_float(int kind, const byte_row *rw, int R, const uint8_t *blk,
                                                              const __m512i *isum, __m512 *acc, int stride) {
     if (kind == BYTE_Q4_K || kind == BYTE_Q5_K) k45_float(rw, R, blk, isum, acc, stride);
-    else q6_float(rw, R, blk, isum, acc, stride, byte_kind_offset_shift(kind));
+    else q6_float(rw, R, blk, isum, acc, stride);
 }
 
 

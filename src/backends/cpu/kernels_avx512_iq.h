@@ -244,7 +244,7 @@ static inline __m256i iq4_xs_scales8(const uint8_t *x) {
         _mm256_set1_epi32(32));
 }
 
-/* The scales as the byte tiles' and the correction's word pairs: each scale in both words. */
+/* The scales as the correction's word pairs: each scale in both words. */
 static inline __m256i iq4_xs_pairs(__m256i sv) {
     return _mm256_or_si256(_mm256_slli_epi32(sv, 16), _mm256_and_si256(sv, _mm256_set1_epi32(0xffff)));
 }
