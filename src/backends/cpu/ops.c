@@ -11,6 +11,7 @@
 #include "backends/cpu/ops_hc.h"
 #include "backends/cpu/ops_moe.h"
 #include "backends/cpu/ops_ssm.h"
+#include "backends/cpu/sumsq_rows.h"
 #include "backends/cpu/threadpool.h"
 #include "formats/quant.h"
 
@@ -660,7 +661,7 @@ static bool cpu_experts_batch(backend *b, int ne, const tview *const *gate, cons
 
 /* Row-wise ops run on the pool only when there is enough work to pay for a dispatch (a decode
  * step's single row stays on the caller); every row is computed the same way either way. */
-#define PAR_MIN_ELEMS 32768
+#define PAR_MIN_ELEMS CPU_PAR_MIN_ELEMS
 
 typedef struct norm_job {
     const float *x, *w;
@@ -670,16 +671,14 @@ typedef struct norm_job {
 } norm_job;
 
 static void norm_rows(const norm_job *j, int64_t lo, int64_t hi) {
+    double sums[SUMSQ_ROWS]; /* as ggml: squares summed in double */
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = j->x + (size_t)r * j->dim;
         float *yr = j->y + (size_t)r * j->dim;
-        double sum = 0.0; /* as ggml: squares summed in double */
-        for (int i = 0; i < j->dim; i++) sum += (double)(xr[i] * xr[i]);
-        float scale = 1.0f / sqrtf((float)(sum / j->dim) + j->eps);
-        if (j->w)
-            for (int i = 0; i < j->dim; i++) yr[i] = (xr[i] * scale) * j->w[i];
-        else
-            for (int i = 0; i < j->dim; i++) yr[i] = xr[i] * scale;
+        if ((r - lo) % SUMSQ_ROWS == 0)
+            sumsq_rows(xr, (size_t)j->dim, hi - r < SUMSQ_ROWS ? (int)(hi - r) : SUMSQ_ROWS, j->dim, sums);
+        const double sum = sums[(r - lo) % SUMSQ_ROWS];
+        scale_row(yr, xr, j->w, 1.0f / sqrtf((float)(sum / j->dim) + j->eps), j->dim);
     }
 }
 

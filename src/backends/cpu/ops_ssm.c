@@ -15,6 +15,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/threadpool.h"
 #include "backends/cpu/ops_ssm.h"
+#include "backends/cpu/sumsq_rows.h"
 
 /* The float recipes of ggml's unary ops, so that gates round as in llama.cpp; the exponential is
  * exp_f32 (glibc's expf), as in the vector kernels that compute the wide gates. */
@@ -23,18 +24,40 @@ static inline float softplusf_(float x) { return x > 20.0f ? x : logf(1.0f + exp
 
 /* ---- l2norm ------------------------------------------------------------------------------- */
 
+/* A row-wise op's rows: [lo, hi) of n_rows for thread ith of nth, or all of them on the caller
+ * below CPU_PAR_MIN_ELEMS values (a prefill's q and k norms and output gates ran on one thread
+ * while the other waited). */
+typedef struct rows_job {
+    const float *x, *g;
+    float *y;
+    int n_rows, dim, g_dim;
+    float eps;
+} rows_job;
+
+static void rows_run(backend *b, backend_task_fn fn, rows_job *j) {
+    if ((int64_t)j->n_rows * j->dim < CPU_PAR_MIN_ELEMS || j->n_rows < 2) fn(j, 0, 1);
+    else backend_cpu_parallel(b, fn, j);
+}
+
 /* ggml_l2_norm: squares summed in double, eps is a floor on the norm (not a term under the
  * root), the reciprocal taken in float. */
-void cpu_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
-    (void)b;
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *yr = y + (size_t)r * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
-        const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
-        for (int i = 0; i < dim; i++) yr[i] = xr[i] * scale;
+static void l2norm_task(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    int64_t lo, hi;
+    threadpool_share(j->n_rows, ith, nth, &lo, &hi);
+    double sums[SUMSQ_ROWS];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + (size_t)r * j->dim;
+        float *yr = j->y + (size_t)r * j->dim;
+        if ((r - lo) % SUMSQ_ROWS == 0)
+            sumsq_rows(xr, (size_t)j->dim, hi - r < SUMSQ_ROWS ? (int)(hi - r) : SUMSQ_ROWS, j->dim, sums);
+        scale_row(yr, xr, NULL, 1.0f / fmaxf(sqrtf((float)sums[(r - lo) % SUMSQ_ROWS]), j->eps), j->dim);
     }
+}
+
+void cpu_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
+    rows_job j = {.x = x, .y = y, .n_rows = n_rows, .dim = dim, .eps = eps};
+    rows_run(b, l2norm_task, &j);
 }
 
 /* ---- causal conv1d + SiLU ----------------------------------------------------------------- */
@@ -311,11 +334,14 @@ void cpu_gated_delta_ck(backend *b, const float *q, const float *k, const float 
 
 /* ---- gates -------------------------------------------------------------------------------- */
 
-void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim) {
-    (void)b;
-    for (int r = 0; r < n_rows; r++) {
-        float *xr = x + (size_t)r * dim;
-        const float *gr = g + (size_t)r * g_dim;
+static void sigmoid_mul_task(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    const int dim = j->dim, g_dim = j->g_dim;
+    int64_t lo, hi;
+    threadpool_share(j->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        float *xr = j->y + (size_t)r * dim;
+        const float *gr = j->g + (size_t)r * g_dim;
         if (g_dim == 1) {
             const float s = sigmoidf_(gr[0]);
             for (int i = 0; i < dim; i++) xr[i] *= s;
@@ -323,6 +349,11 @@ void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, 
             kernel_sigmoid_mul()((size_t)dim, gr, xr);
         }
     }
+}
+
+void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim) {
+    rows_job j = {.g = g, .y = x, .n_rows = n_rows, .dim = dim, .g_dim = g_dim};
+    rows_run(b, sigmoid_mul_task, &j);
 }
 
 void cpu_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,

@@ -21,6 +21,10 @@ void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, 
 void cpu_gdn_gates(backend *b, float *beta, float *alpha, const float *dt_bias, const float *a,
                    int n, int n_head);
 
+/* Row-wise ops run on the pool from this many values (a decode step's rows stay on the caller);
+ * every row is computed the same way either way. */
+#define CPU_PAR_MIN_ELEMS 32768
+
 /* Longest convolution kernel conv1d_silu accepts (the models use 4). */
 #define CPU_CONV_MAX_KERNEL 16
 
