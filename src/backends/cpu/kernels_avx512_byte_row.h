@@ -15,9 +15,10 @@
 typedef struct byte_row {
     _Alignas(64) uint8_t q[256];
     int32_t sc[16];
+    /* the VNNI walk's signed form (byte_corr): 128 * the sum of sc * v over the row, in every lane */
+    _Alignas(64) int32_t corr[16];
     int32_t pairs[4]; /* Q4_K / Q5_K */
     float d, dm;
-    int32_t corr; /* the VNNI walk's signed form (byte_signed): 128 * sum of sc * v over the row */
 } byte_row;
 
 /* ---- IQ2_XS / IQ3_XXS / IQ4_XS as byte tiles ------------------------------------------------
