@@ -659,10 +659,6 @@ static bool cpu_experts_batch(backend *b, int ne, const tview *const *gate, cons
 
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
 
-/* Row-wise ops run on the pool only when there is enough work to pay for a dispatch (a decode
- * step's single row stays on the caller); every row is computed the same way either way. */
-#define PAR_MIN_ELEMS CPU_PAR_MIN_ELEMS
-
 typedef struct norm_job {
     const float *x, *w;
     int n_rows, dim;
@@ -692,7 +688,7 @@ static void norm_task(void *ctx, int ith, int nth) {
 static void cpu_rmsnorm(backend *b, const float *x, const tview *w, int n_rows, int dim,
                         float eps, float *y) {
     norm_job j = {x, w && w->data ? w->data : NULL, n_rows, dim, eps, y};
-    if ((int64_t)n_rows * dim < PAR_MIN_ELEMS || n_rows < 2)
+    if ((int64_t)n_rows * dim < CPU_PAR_MIN_ELEMS || n_rows < 2)
         norm_rows(&j, 0, n_rows);
     else
         threadpool_run(((cpu_backend *)b)->pool, norm_task, &j);
@@ -788,7 +784,7 @@ static void add_task(void *ctx, int ith, int nth) {
 
 static void cpu_add(backend *b, float *x, const float *y, size_t n) {
     add_job j = {x, y, n};
-    if (n < PAR_MIN_ELEMS)
+    if (n < CPU_PAR_MIN_ELEMS)
         add_task(&j, 0, 1);
     else
         threadpool_run(((cpu_backend *)b)->pool, add_task, &j);
@@ -807,11 +803,11 @@ static void swiglu_task(void *ctx, int ith, int nth) {
     kernel_silu_mul()((size_t)(hi - lo), j->g + lo, j->u + lo, j->g + lo);
 }
 
-/* On the pool from PAR_MIN_ELEMS values (a 35B-A3B pp512's gated norm: 2M a layer, which ran on
- * one thread while the other waited); each value's expression is the same either way. */
+/* On the pool from CPU_PAR_MIN_ELEMS values (a 35B-A3B pp512's gated norm: 2M a layer, which
+ * ran on one thread while the other waited); each value's expression is the same either way. */
 static void cpu_swiglu(backend *b, float *g, const float *u, size_t n) {
     swiglu_job j = {g, u, n};
-    if (n < PAR_MIN_ELEMS)
+    if (n < CPU_PAR_MIN_ELEMS)
         swiglu_task(&j, 0, 1);
     else
         threadpool_run(((cpu_backend *)b)->pool, swiglu_task, &j);

@@ -6,6 +6,7 @@
  * activations live. The arithmetic is exactly what the model code did, so results are the same
  * bits as before the move. */
 #include "backends/cpu/ops_moe.h"
+#include "backends/cpu/ops_ssm.h" /* CPU_PAR_MIN_ELEMS */
 #include "backends/cpu/threadpool.h"
 
 #include <math.h>
@@ -110,7 +111,7 @@ void cpu_set_inputs(backend *b, struct cpu_ext **ext, const int32_t *tokens, int
 
 /* ---- routed experts ------------------------------------------------------------------------ */
 
-/* Routing, row copies and the combine of a prefill batch (tens of MB per layer) run on every
+/* Row copies and the combine of a prefill batch (tens of MB per layer) run on every
  * thread: each row (token) is written by one thread, with the same operations, so the bits do
  * not depend on the split; a decode-sized one stays on the caller (a dispatch costs more). */
 #define MOE_PARALLEL_MIN_FLOATS (1 << 16)
@@ -167,11 +168,11 @@ static void route_task(void *ctx, int ith, int nth) {
                     j->w + (size_t)t * j->k);
 }
 
-/* tokens on the pool from a prefill's worth (each token's routing is the same either way) */
+/* tokens on the pool from CPU_PAR_MIN_ELEMS logits (each token's routing is the same either way) */
 void cpu_moe_route(backend *b, float *logits, int n, int n_expert, int k, bool norm, int32_t *ids,
                    float *w) {
     route_job j = {logits, n, n_expert, k, norm, ids, w};
-    if ((size_t)n * (size_t)n_expert >= MOE_PARALLEL_MIN_FLOATS / 2 && n > 1) backend_cpu_parallel(b, route_task, &j);
+    if ((size_t)n * (size_t)n_expert >= CPU_PAR_MIN_ELEMS && n > 1) backend_cpu_parallel(b, route_task, &j);
     else route_task(&j, 0, 1);
 }
 

@@ -27,14 +27,14 @@ static inline float softplusf_(float x) { return x > 20.0f ? x : logf(1.0f + exp
 /* A row-wise op's rows: [lo, hi) of n_rows for thread ith of nth, or all of them on the caller
  * below CPU_PAR_MIN_ELEMS values (a prefill's q and k norms and output gates ran on one thread
  * while the other waited). */
-typedef struct rows_job {
+typedef struct rowwise_job {
     const float *x, *g;
     float *y;
     int n_rows, dim, g_dim;
     float eps;
-} rows_job;
+} rowwise_job;
 
-static void rows_run(backend *b, backend_task_fn fn, rows_job *j) {
+static void rows_run(backend *b, backend_task_fn fn, rowwise_job *j) {
     if ((int64_t)j->n_rows * j->dim < CPU_PAR_MIN_ELEMS || j->n_rows < 2) fn(j, 0, 1);
     else backend_cpu_parallel(b, fn, j);
 }
@@ -42,7 +42,7 @@ static void rows_run(backend *b, backend_task_fn fn, rows_job *j) {
 /* ggml_l2_norm: squares summed in double, eps is a floor on the norm (not a term under the
  * root), the reciprocal taken in float. */
 static void l2norm_task(void *ctx, int ith, int nth) {
-    const rows_job *j = ctx;
+    const rowwise_job *j = ctx;
     int64_t lo, hi;
     threadpool_share(j->n_rows, ith, nth, &lo, &hi);
     double sums[SUMSQ_ROWS];
@@ -56,7 +56,7 @@ static void l2norm_task(void *ctx, int ith, int nth) {
 }
 
 void cpu_l2norm(backend *b, const float *x, int n_rows, int dim, float eps, float *y) {
-    rows_job j = {.x = x, .y = y, .n_rows = n_rows, .dim = dim, .eps = eps};
+    rowwise_job j = {.x = x, .y = y, .n_rows = n_rows, .dim = dim, .eps = eps};
     rows_run(b, l2norm_task, &j);
 }
 
@@ -335,7 +335,7 @@ void cpu_gated_delta_ck(backend *b, const float *q, const float *k, const float 
 /* ---- gates -------------------------------------------------------------------------------- */
 
 static void sigmoid_mul_task(void *ctx, int ith, int nth) {
-    const rows_job *j = ctx;
+    const rowwise_job *j = ctx;
     const int dim = j->dim, g_dim = j->g_dim;
     int64_t lo, hi;
     threadpool_share(j->n_rows, ith, nth, &lo, &hi);
@@ -352,7 +352,7 @@ static void sigmoid_mul_task(void *ctx, int ith, int nth) {
 }
 
 void cpu_sigmoid_mul(backend *b, float *x, const float *g, int n_rows, int dim, int g_dim) {
-    rows_job j = {.g = g, .y = x, .n_rows = n_rows, .dim = dim, .g_dim = g_dim};
+    rowwise_job j = {.g = g, .y = x, .n_rows = n_rows, .dim = dim, .g_dim = g_dim};
     rows_run(b, sigmoid_mul_task, &j);
 }
 
